@@ -1,0 +1,97 @@
+"""What the device is and how much it is using: fields for the hello and status replies.
+
+Linux /proc is the source of truth (the target is Raspberry Pi OS); every reader
+degrades to None elsewhere instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import socket
+from pathlib import Path
+from typing import Any
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    """'Cortex-A76'-ish on a Pi (whose /proc/cpuinfo has no 'model name'), the brand string on x86."""
+    cpuinfo = _read_text("/proc/cpuinfo") or ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    for key in ("model name", "Model", "Hardware", "cpu model", "Processor"):
+        if fields.get(key):
+            return fields[key]
+    return platform.processor() or "unknown"
+
+
+def board_model() -> str | None:
+    """'Raspberry Pi 5 Model B Rev 1.0' on a Pi; None on boards without a device tree."""
+    text = _read_text("/proc/device-tree/model")
+    return text.rstrip("\x00\n") if text else None
+
+
+def total_ram_bytes() -> int | None:
+    for line in (_read_text("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def device_info(bridge_version: str) -> dict[str, Any]:
+    import msgpack
+    import numpy
+    import onnxruntime
+    import zmq
+
+    try:
+        usable_cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable_cores = os.cpu_count()
+    return {
+        "hostname": socket.gethostname(),
+        "board": board_model(),
+        "cpu_model": cpu_model(),
+        "machine": platform.machine(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable_cores,
+        "ram_bytes": total_ram_bytes(),
+        "os": platform.platform(),
+        "python_version": platform.python_version(),
+        "onnxruntime_version": onnxruntime.__version__,
+        "numpy_version": numpy.__version__,
+        "pyzmq_version": zmq.__version__,
+        "libzmq_version": zmq.zmq_version(),
+        "msgpack_version": ".".join(map(str, msgpack.version)),
+        "bridge_version": bridge_version,
+    }
+
+
+def process_memory_bytes() -> tuple[int | None, int | None]:
+    """(RSS, peak RSS) of this process in bytes, from /proc/self/status VmRSS / VmHWM."""
+    rss = peak = None
+    for line in (_read_text("/proc/self/status") or "").splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) * 1024
+    if peak is None:
+        # ru_maxrss is KiB on Linux (bytes on macOS, but the bridge targets Linux).
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return rss, peak
+
+
+def cpu_times_s() -> tuple[float, float]:
+    """(user, system) CPU seconds consumed by this process."""
+    times = os.times()
+    return times.user, times.system

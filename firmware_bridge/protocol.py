@@ -1,0 +1,288 @@
+"""airq bridge wire protocol, version 1 (see docs/protocol.md for the normative text).
+
+Every message is ONE msgpack map in the last ZeroMQ frame. Requests carry
+``v`` (protocol version), ``type`` and ``seq``; the reply echoes ``seq`` and has
+either the request's ``type`` (success) or ``type == "error"`` with ``code`` and
+``message``.
+
+This module is shared by the device (firmware_bridge.server) and the host
+(hil.client), so it only depends on numpy and msgpack: no onnxruntime, no zmq.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import Any
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+# Versions this build can speak; hello negotiates the highest common one.
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+DEFAULT_PORT = 5555
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Messages up to this much over --max-message-bytes are still read and answered
+# TOO_LARGE (the common "model a bit too big" mistake); anything larger is cut
+# off by ZeroMQ itself (ZMQ_MAXMSGSIZE) so a peer can't make the device allocate
+# unbounded memory. That drops the connection without a reply.
+TRANSPORT_SLACK_BYTES = 1024 * 1024
+
+# Observations travel as raw little-endian float32 bytes, never as msgpack arrays:
+# one memcpy on each side instead of 1032 float objects.
+OBS_WIRE_DTYPE = np.dtype("<f4")
+OBS_DTYPE_NAMES = frozenset({"<f4", "float32", "f4"})
+
+# Setpoints given to the flight controller: [vx, vy, vz, yaw_rate] in m/s, m/s, m/s, rad/s.
+SETPOINT_FIELDS = ("vx", "vy", "vz", "yaw_rate")
+SETPOINT_DIM = len(SETPOINT_FIELDS)
+
+
+class MsgType:
+    HELLO = "hello"
+    LOAD_POLICY = "load_policy"
+    ACT = "act"
+    STATUS = "status"
+    RESET = "reset"
+    ERROR = "error"  # replies only
+
+    REQUESTS = frozenset({HELLO, LOAD_POLICY, ACT, STATUS, RESET})
+
+
+class ErrorCode:
+    BAD_MESSAGE = "BAD_MESSAGE"  # not msgpack, not a map, missing/ill-typed envelope or field
+    UNKNOWN_TYPE = "UNKNOWN_TYPE"  # "type" is not a request this version knows
+    VERSION_MISMATCH = "VERSION_MISMATCH"  # "v" (or hello "versions") not supported
+    BAD_OBSERVATION = "BAD_OBSERVATION"  # wrong size/shape/dtype, NaN or Inf
+    NO_POLICY = "NO_POLICY"  # act before any policy was loaded
+    BAD_POLICY = "BAD_POLICY"  # bytes are not a usable ONNX policy (previous one stays)
+    HASH_MISMATCH = "HASH_MISMATCH"  # sha256 of the uploaded bytes != declared sha256
+    TOO_LARGE = "TOO_LARGE"  # message larger than the device's max_message_bytes
+    INTERNAL = "INTERNAL"  # bug or runtime failure on the device; the bridge keeps serving
+
+    ALL = frozenset(
+        {
+            BAD_MESSAGE,
+            UNKNOWN_TYPE,
+            VERSION_MISMATCH,
+            BAD_OBSERVATION,
+            NO_POLICY,
+            BAD_POLICY,
+            HASH_MISMATCH,
+            TOO_LARGE,
+            INTERNAL,
+        }
+    )
+
+
+class ProtocolError(Exception):
+    """A request or reply that breaks the protocol; ``code`` is an ErrorCode value."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    # use_bin_type keeps bytes (obs, onnx) as msgpack bin and str as str: other
+    # languages' msgpack libraries rely on that distinction.
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def unpack(payload: bytes) -> dict[str, Any]:
+    """Decode one message; raise ProtocolError(BAD_MESSAGE) for anything that isn't a msgpack map."""
+    try:
+        message = msgpack.unpackb(payload, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types (ExtraData, FormatError, ValueError...)
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"payload is not valid msgpack ({type(exc).__name__})") from None
+    if not isinstance(message, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"message must be a msgpack map, got {type(message).__name__}")
+    return message
+
+
+def peek_seq(message: dict[str, Any]) -> int | None:
+    """Best-effort seq of a (possibly invalid) request, so even error replies can be matched."""
+    seq = message.get("seq")
+    return seq if type(seq) is int else None
+
+
+def validate_envelope(message: dict[str, Any]) -> tuple[str, int]:
+    """Check v/type/seq of a request; return (type, seq).
+
+    hello is accepted at any ``v`` because it is where versions are negotiated;
+    every other request must carry a supported ``v``.
+    """
+    seq = message.get("seq")
+    if type(seq) is not int or seq < 0:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'seq' must be a non-negative integer")
+    msg_type = message.get("type")
+    if type(msg_type) is not str:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'type' must be a string")
+    version = message.get("v")
+    if type(version) is not int:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'v' (protocol version) must be an integer")
+    if msg_type != MsgType.HELLO and version not in SUPPORTED_VERSIONS:
+        raise ProtocolError(
+            ErrorCode.VERSION_MISMATCH,
+            f"protocol version {version} not supported; this bridge speaks {list(SUPPORTED_VERSIONS)}",
+        )
+    if msg_type not in MsgType.REQUESTS:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_TYPE,
+            f"unknown message type {msg_type[:64]!r}; expected one of {sorted(MsgType.REQUESTS)}",
+        )
+    return msg_type, seq
+
+
+def negotiate_version(message: dict[str, Any]) -> int:
+    """Pick the highest version both sides speak from a hello's ``versions`` (default: its ``v``)."""
+    offered = message.get("versions", [message.get("v")])
+    if not isinstance(offered, list) or not all(type(v) is int for v in offered):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "hello field 'versions' must be a list of integers")
+    common = set(offered) & set(SUPPORTED_VERSIONS)
+    if not common:
+        raise ProtocolError(
+            ErrorCode.VERSION_MISMATCH,
+            f"no common protocol version: client offers {offered[:16]}, bridge speaks {list(SUPPORTED_VERSIONS)}",
+        )
+    return max(common)
+
+
+def require_field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = message.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"field {name!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def request(msg_type: str, seq: int, **fields: Any) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "type": msg_type, "seq": seq, **fields}
+
+
+def hello_request(seq: int, client: str = "") -> dict[str, Any]:
+    return request(MsgType.HELLO, seq, versions=list(SUPPORTED_VERSIONS), client=client)
+
+
+def load_policy_request(seq: int, onnx_bytes: bytes, name: str = "") -> dict[str, Any]:
+    return request(MsgType.LOAD_POLICY, seq, onnx=onnx_bytes, sha256=sha256_hex(onnx_bytes), name=name)
+
+
+def act_request(seq: int, obs: np.ndarray) -> dict[str, Any]:
+    data, shape = encode_observation(obs)
+    return request(MsgType.ACT, seq, obs=data, shape=shape, dtype="<f4")
+
+
+def status_request(seq: int) -> dict[str, Any]:
+    return request(MsgType.STATUS, seq)
+
+
+def reset_request(seq: int) -> dict[str, Any]:
+    return request(MsgType.RESET, seq)
+
+
+# --------------------------------------------------------------------------- replies
+
+
+def ok_reply(msg_type: str, seq: int | None, **fields: Any) -> dict[str, Any]:
+    return {"v": PROTOCOL_VERSION, "type": msg_type, "seq": seq, **fields}
+
+
+def error_reply(seq: int | None, code: str, message: str, **extra: Any) -> dict[str, Any]:
+    # The error envelope {v, type, seq, code, message} is frozen across protocol
+    # versions so an old client can always read why a new bridge refused it.
+    return {"v": PROTOCOL_VERSION, "type": MsgType.ERROR, "seq": seq, "code": code, "message": message, **extra}
+
+
+# --------------------------------------------------------------------------- observations
+
+
+def encode_observation(obs: np.ndarray) -> tuple[bytes, list[int]]:
+    """Observation -> (raw little-endian float32 bytes, shape). Casts other float dtypes."""
+    array = np.ascontiguousarray(obs, dtype=OBS_WIRE_DTYPE)
+    return array.tobytes(), list(array.shape)
+
+
+def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.ndarray:
+    """Validate an act's obs fields and return a (1, obs_dim) float32 view (no copy).
+
+    Hot path: the happy case costs one frombuffer and one float64 sum. The sum
+    is exact for detecting NaN/Inf: float32 values summed in float64 cannot
+    overflow (max 3.4e38 * obs_dim << 1.8e308), and NaN/Inf propagate.
+    """
+    if type(data) is not bytes:
+        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"field 'obs' must be msgpack bin (raw float32 bytes), got {type(data).__name__}")
+    if dtype is not None and dtype not in OBS_DTYPE_NAMES:
+        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"obs dtype {str(dtype)[:32]!r} not supported; send little-endian float32 ('<f4')")
+    expected_bytes = obs_dim * 4
+    if len(data) != expected_bytes:
+        hint = " (float64 data? send float32)" if len(data) == obs_dim * 8 else ""
+        raise ProtocolError(
+            ErrorCode.BAD_OBSERVATION,
+            f"obs has {len(data)} bytes, policy expects {expected_bytes} ({obs_dim} float32 values){hint}",
+        )
+    if shape != [obs_dim] and shape != [1, obs_dim]:
+        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]")
+    values = np.frombuffer(data, dtype=OBS_WIRE_DTYPE)
+    if not math.isfinite(values.sum(dtype=np.float64)):
+        bad = np.flatnonzero(~np.isfinite(values))
+        raise ProtocolError(
+            ErrorCode.BAD_OBSERVATION,
+            f"obs contains {bad.size} NaN/Inf value(s), first at index {int(bad[0])}",
+        )
+    return values.reshape(1, obs_dim)
+
+
+def decode_float32_bytes(data: bytes | None) -> np.ndarray | None:
+    return None if data is None else np.frombuffer(data, dtype=OBS_WIRE_DTYPE)
+
+
+# --------------------------------------------------------------------------- misc helpers
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_ACTION_SPACE_RE = re.compile(r"^(discrete|box):([1-9][0-9]*)$")
+
+
+def parse_action_space(text: str) -> tuple[str, int]:
+    """'discrete:25' -> ('discrete', 25); 'box:4' -> ('box', 4). Raises ValueError."""
+    match = _ACTION_SPACE_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"action space {text[:64]!r} is not 'discrete:N' or 'box:N'")
+    return match.group(1), int(match.group(2))
+
+
+_TCP_ENDPOINT_RE = re.compile(r"^tcp://(\[[0-9a-fA-F:.]+\]|[^:/\[\]\s]+):(\*|[0-9]{1,5})$")
+
+
+def parse_tcp_endpoint(endpoint: str, *, allow_wildcard_port: bool = False) -> tuple[str, int | None]:
+    """'tcp://host:port' -> (host, port). Port None means '*' (bind to an ephemeral port).
+
+    ZeroMQ itself silently wraps ports > 65535 (tcp://x:99999 binds to 34463),
+    so we validate here rather than trust zmq to refuse bad input.
+    """
+    match = _TCP_ENDPOINT_RE.match(endpoint)
+    if not match:
+        raise ValueError(f"endpoint {endpoint!r} is not of the form tcp://HOST:PORT")
+    host, port_text = match.group(1), match.group(2)
+    if port_text == "*":
+        if not allow_wildcard_port:
+            raise ValueError(f"endpoint {endpoint!r} needs an explicit port")
+        return host, None
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"endpoint {endpoint!r} has port {port} outside 1-65535")
+    return host, port

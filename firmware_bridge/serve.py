@@ -1,0 +1,99 @@
+"""python -m firmware_bridge.serve --bind tcp://0.0.0.0:5555 [--policy FILE] ...
+
+Runs the bridge in the foreground until SIGTERM/SIGINT. Prints one line
+``airq-bridge listening on <endpoint>`` on stdout once bound (with ``tcp://HOST:*``
+that is how a launcher learns the ephemeral port); logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from firmware_bridge import __version__
+from firmware_bridge.actuator import ACTUATOR_KINDS, make_actuator
+from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
+from firmware_bridge.protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, parse_tcp_endpoint
+
+PROG = "firmware_bridge.serve"
+MIN_MESSAGE_BYTES = 1024
+
+
+def build_parser() -> OneLineArgumentParser:
+    parser = OneLineArgumentParser(prog=PROG, description="Serve an airq ONNX policy over ZeroMQ (device side).")
+    parser.add_argument("--bind", default=f"tcp://0.0.0.0:{DEFAULT_PORT}", help="tcp://HOST:PORT to listen on; PORT may be * (ephemeral)")
+    parser.add_argument("--policy", metavar="FILE", help="ONNX policy to load at startup (hosts can also upload one)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="onnxruntime intra-op threads (default 1)")
+    parser.add_argument("--actuator", choices=ACTUATOR_KINDS, default="mock", help="where setpoints go (default mock)")
+    parser.add_argument("--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)")
+    parser.add_argument(
+        "--max-message-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help=f"largest accepted message, i.e. policy upload (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument("--version", action="version", version=f"airq firmware_bridge {__version__}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(), format="airq-bridge %(levelname)s: %(message)s")
+    try:
+        parse_tcp_endpoint(args.bind, allow_wildcard_port=True)
+    except ValueError as exc:
+        fail(f"--bind: {exc}", prog=PROG)
+    if args.max_message_bytes < MIN_MESSAGE_BYTES:
+        fail(f"--max-message-bytes must be at least {MIN_MESSAGE_BYTES}", prog=PROG)
+
+    # Imported after argument checks so `--help` and typos answer instantly (onnxruntime takes ~0.3 s to import).
+    import zmq
+
+    from firmware_bridge.policy import PolicyLoadError, load_policy
+    from firmware_bridge.server import BridgeConfig, BridgeServer
+
+    policy = None
+    if args.policy:
+        path = Path(args.policy)
+        try:
+            onnx_bytes = path.read_bytes()
+        except FileNotFoundError:
+            fail(f"--policy {args.policy}: no such file", prog=PROG)
+        except OSError as exc:
+            fail(f"--policy {args.policy}: cannot read: {exc.strerror}", prog=PROG)
+        try:
+            # The operator chose this file, so no upload size limit applies to it.
+            policy = load_policy(onnx_bytes, expected_sha256=None, max_bytes=len(onnx_bytes), threads=args.threads, name=path.name)
+        except PolicyLoadError as exc:
+            fail(f"--policy {args.policy}: {exc.code}: {exc.message}", prog=PROG)
+
+    config = BridgeConfig(
+        bind=args.bind,
+        threads=args.threads,
+        hold_timeout_ms=args.hold_timeout_ms,
+        max_message_bytes=args.max_message_bytes,
+    )
+    try:
+        server = BridgeServer(config, make_actuator(args.actuator))
+    except zmq.ZMQError as exc:
+        fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno)}", prog=PROG)
+    if policy is not None:
+        server.install_policy(policy)
+    server.install_signal_handlers()
+    print(f"{READY_PREFIX}{server.endpoint}", flush=True)
+    logging.getLogger("firmware_bridge").info(
+        "bridge %s serving on %s (threads=%d, actuator=%s, hold=%d ms)",
+        __version__,
+        server.endpoint,
+        args.threads,
+        args.actuator,
+        args.hold_timeout_ms,
+    )
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""The bridge's request loop: one ZeroMQ ROUTER socket, one thread, one policy.
+
+ROUTER (not REP) because it never gets stuck in a send/recv state machine and
+answers any number of clients; whatever frames precede the payload (peer
+identity, REQ's empty delimiter) are echoed back untouched, so REQ and DEALER
+clients both work. Every parseable-or-not message gets exactly one reply.
+
+The loop receives with a timeout (RCVTIMEO) instead of blocking forever so the
+hold watchdog runs even when no messages arrive and SIGTERM is noticed quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import zmq
+
+from firmware_bridge import __version__
+from firmware_bridge.actuator import Actuator, HoldWatchdog
+from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
+from firmware_bridge.policy import Policy, load_policy
+from firmware_bridge.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    TRANSPORT_SLACK_BYTES,
+    ErrorCode,
+    MsgType,
+    ProtocolError,
+    decode_observation,
+    error_reply,
+    negotiate_version,
+    ok_reply,
+    pack,
+    peek_seq,
+    unpack,
+    validate_envelope,
+)
+
+log = logging.getLogger("firmware_bridge")
+
+# Log the first few errors of each code, then one in LOG_EVERY: a broken client
+# sending bad observations at 100 Hz must not fill the SD card's journal.
+LOG_FIRST_ERRORS = 10
+LOG_EVERY = 1000
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    bind: str
+    threads: int = 1
+    hold_timeout_ms: int = 200
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    @property
+    def poll_timeout_ms(self) -> int:
+        # Several watchdog checks per hold period, but never busy-spin nor sleep >50 ms.
+        return max(1, min(50, self.hold_timeout_ms // 4))
+
+
+class Counters:
+    """Plain attributes, not a dict: incremented on the hot path."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.acts = 0
+        self.errors = 0
+        self.loads = 0
+        self.resets = 0
+        self.errors_by_code: Counter[str] = Counter()
+        self.episode = 0
+        self.new_episode(time.monotonic_ns())
+
+    def new_episode(self, now_ns: int) -> None:
+        self.episode_acts = 0
+        self.episode_errors = 0
+        self.episode_holds = 0
+        self.episode_started_ns = now_ns
+
+    def episode_summary(self, now_ns: int) -> dict[str, Any]:
+        return {
+            "index": self.episode,
+            "acts": self.episode_acts,
+            "errors": self.episode_errors,
+            "holds": self.episode_holds,
+            "duration_s": (now_ns - self.episode_started_ns) / 1e9,
+        }
+
+
+class BridgeServer:
+    def __init__(self, config: BridgeConfig, actuator: Actuator, context: zmq.Context | None = None) -> None:
+        self.config = config
+        self.actuator = actuator
+        self.watchdog = HoldWatchdog(actuator, config.hold_timeout_ms * 1_000_000)
+        self.policy: Policy | None = None
+        self.counters = Counters()
+        self.started_ns = time.monotonic_ns()
+        self._stopping = False
+        self._device_info = device_info(__version__)  # static: read /proc once, not per hello
+        self._handlers: dict[str, Callable[[dict[str, Any], int, int], dict[str, Any]]] = {
+            MsgType.HELLO: self._on_hello,
+            MsgType.LOAD_POLICY: self._on_load_policy,
+            MsgType.ACT: self._on_act,
+            MsgType.STATUS: self._on_status,
+            MsgType.RESET: self._on_reset,
+        }
+        self._context = context or zmq.Context.instance()
+        self.socket = self._context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
+        self.socket.setsockopt(zmq.RCVTIMEO, config.poll_timeout_ms)
+        try:
+            self.socket.bind(config.bind)
+        except zmq.ZMQError:
+            self.socket.close()
+            raise
+        self.endpoint: str = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+
+    # ------------------------------------------------------------------ loop
+
+    def install_policy(self, policy: Policy) -> Policy | None:
+        previous, self.policy = self.policy, policy
+        self.counters.loads += 1
+        log.info(
+            "loaded policy %s sha256=%s size=%dB obs_dim=%d action_space=%s setpoints=%s in %.1f ms",
+            policy.name or "(unnamed)",
+            policy.sha256[:16],
+            policy.size_bytes,
+            policy.obs_dim,
+            policy.action_space,
+            policy.setpoint_mapping,
+            policy.load_ns / 1e6,
+        )
+        return previous
+
+    def request_stop(self, *_: Any) -> None:
+        self._stopping = True
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def serve_forever(self) -> None:
+        sock = self.socket
+        watchdog = self.watchdog
+        counters = self.counters
+        handle = self.handle_payload
+        monotonic_ns = time.monotonic_ns
+        try:
+            while not self._stopping:
+                try:
+                    frames = sock.recv_multipart()
+                except zmq.Again:
+                    if watchdog.tick(monotonic_ns()):
+                        self._on_hold()
+                    continue
+                recv_ns = monotonic_ns()
+                # Last frame is the payload; anything before it is the routing envelope.
+                frames[-1] = handle(frames[-1], recv_ns)
+                sock.send_multipart(frames)
+                if watchdog.tick(monotonic_ns()):
+                    self._on_hold()
+        finally:
+            self.close()
+        log.info("stopped after %d requests", counters.requests)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+        self.actuator.close()
+
+    def _on_hold(self) -> None:
+        self.counters.episode_holds += 1
+        log.warning("no act for %d ms: actuator holding (hover)", self.config.hold_timeout_ms)
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle_payload(self, payload: bytes, recv_ns: int) -> bytes:
+        """One request payload in, one reply payload out; never raises."""
+        self.counters.requests += 1
+        seq: int | None = None
+        try:
+            if len(payload) > self.config.max_message_bytes:
+                seq = self._seq_of_oversize(payload)
+                raise ProtocolError(
+                    ErrorCode.TOO_LARGE,
+                    f"message is {len(payload)} bytes, limit is {self.config.max_message_bytes} (--max-message-bytes)",
+                )
+            message = unpack(payload)
+            seq = peek_seq(message)
+            msg_type, seq = validate_envelope(message)
+            reply = self._handlers[msg_type](message, seq, recv_ns)
+        except ProtocolError as exc:
+            reply = self._error(seq, exc.code, exc.message)
+        except Exception as exc:  # a bug or an onnxruntime runtime failure: report it, keep serving
+            log.exception("internal error handling seq=%s", seq)
+            reply = self._error(seq, ErrorCode.INTERNAL, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+        return pack(reply)
+
+    @staticmethod
+    def _seq_of_oversize(payload: bytes) -> int | None:
+        try:
+            return peek_seq(unpack(payload))
+        except ProtocolError:
+            return None
+
+    def _error(self, seq: int | None, code: str, message: str) -> dict[str, Any]:
+        counters = self.counters
+        counters.errors += 1
+        counters.episode_errors += 1
+        counters.errors_by_code[code] += 1
+        n = counters.errors_by_code[code]
+        if n <= LOG_FIRST_ERRORS or n % LOG_EVERY == 0:
+            log.warning("error reply seq=%s %s: %s (%d of this code)", seq, code, message, n)
+        extra = {"supported_versions": list(SUPPORTED_VERSIONS)} if code == ErrorCode.VERSION_MISMATCH else {}
+        return error_reply(seq, code, message, **extra)
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_act(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        policy = self.policy
+        if policy is None:
+            raise ProtocolError(ErrorCode.NO_POLICY, "no policy loaded: send load_policy first (or start with --policy)")
+        obs = decode_observation(message.get("obs"), message.get("shape"), message.get("dtype"), policy.obs_dim)
+        start_ns = time.perf_counter_ns()
+        action, setpoint, logits = policy.act(obs)
+        infer_ns = time.perf_counter_ns() - start_ns
+        if setpoint is not None:
+            self.watchdog.command(setpoint, time.monotonic_ns())
+        counters = self.counters
+        counters.acts += 1
+        counters.episode_acts += 1
+        return {
+            "v": PROTOCOL_VERSION,
+            "type": MsgType.ACT,
+            "seq": seq,
+            "action": action,
+            "setpoint": setpoint,
+            "logits": logits,
+            "infer_ns": infer_ns,
+            "recv_ns": recv_ns,
+            "send_ns": time.monotonic_ns(),
+        }
+
+    def _on_hello(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        version = negotiate_version(message)
+        reply = ok_reply(
+            MsgType.HELLO,
+            seq,
+            version=version,
+            supported_versions=list(SUPPORTED_VERSIONS),
+            bridge_version=__version__,
+            device=self._device_info,
+            max_message_bytes=self.config.max_message_bytes,
+            hold_timeout_ms=self.config.hold_timeout_ms,
+            threads=self.config.threads,
+            actuator=self.actuator.name,
+            policy=self.policy.summary() if self.policy else None,
+            uptime_s=(recv_ns - self.started_ns) / 1e9,
+        )
+        reply["v"] = version
+        return reply
+
+    def _on_load_policy(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        onnx_bytes = message.get("onnx")
+        if type(onnx_bytes) is not bytes:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'onnx' must be msgpack bin (the model file's bytes)")
+        declared_sha256 = message.get("sha256")
+        if type(declared_sha256) is not str:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'sha256' must be the hex sha256 of 'onnx'")
+        name = message.get("name") or ""
+        if type(name) is not str:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'name' must be a string")
+        # On any failure load_policy raises and self.policy is untouched: the previous policy keeps flying.
+        policy = load_policy(
+            onnx_bytes,
+            expected_sha256=declared_sha256,
+            max_bytes=self.config.max_message_bytes,
+            threads=self.config.threads,
+            name=name[:128],
+        )
+        previous = self.install_policy(policy)
+        return ok_reply(MsgType.LOAD_POLICY, seq, replaced_sha256=previous.sha256 if previous else None, **policy.summary())
+
+    def _on_status(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        rss, peak_rss = process_memory_bytes()
+        cpu_user, cpu_sys = cpu_times_s()
+        counters = self.counters
+        policy = self.policy
+        return ok_reply(
+            MsgType.STATUS,
+            seq,
+            rss_bytes=rss,
+            peak_rss_bytes=peak_rss,
+            model_bytes=policy.size_bytes if policy else 0,
+            model_rss_delta_bytes=policy.rss_delta_bytes if policy else None,
+            cpu_user_s=cpu_user,
+            cpu_sys_s=cpu_sys,
+            uptime_s=(recv_ns - self.started_ns) / 1e9,
+            counters={
+                "requests": counters.requests,
+                "acts": counters.acts,
+                "errors": counters.errors,
+                "holds": self.watchdog.holds,
+                "loads": counters.loads,
+                "resets": counters.resets,
+            },
+            errors_by_code=dict(counters.errors_by_code),
+            episode=counters.episode_summary(recv_ns),
+            actuator=self.actuator.stats(),
+            policy=policy.summary() if policy else None,
+        )
+
+    def _on_reset(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        counters = self.counters
+        previous = counters.episode_summary(recv_ns)
+        self.watchdog.reset()
+        counters.resets += 1
+        counters.episode += 1
+        counters.new_episode(recv_ns)
+        return ok_reply(MsgType.RESET, seq, episode=counters.episode, previous_episode=previous)

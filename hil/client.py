@@ -1,0 +1,322 @@
+"""Host-side client for the airq firmware bridge (protocol: docs/protocol.md).
+
+Reliability is "Lazy Pirate" from the ZeroMQ guide: send, poll for the reply
+with a timeout, and on timeout close and reopen the socket and resend, up to
+``retries`` times; then give up with :class:`BridgeUnreachable`. Every request
+carries a ``seq`` and replies with another seq (a late answer to an earlier
+request) are discarded. Not thread-safe: one client per thread, like the
+ZeroMQ socket inside it.
+
+Retried requests may execute twice on the bridge. That is harmless for every
+message type: act/load_policy/status/hello are idempotent for the same input,
+and a doubled reset only starts one more (empty) episode.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket as pysocket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from firmware_bridge.protocol import (
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    ErrorCode,
+    MsgType,
+    ProtocolError,
+    decode_float32_bytes,
+    encode_observation,
+    pack,
+    parse_tcp_endpoint,
+    request,
+    sha256_hex,
+    unpack,
+)
+
+CLIENT_NAME = "airq-hil-client"
+
+
+class BridgeError(Exception):
+    """Anything that went wrong talking to the bridge. ``str()`` is one line naming the endpoint."""
+
+    def __init__(self, endpoint: str, message: str) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
+class BridgeUnresolvable(BridgeError):
+    """The endpoint's hostname does not resolve."""
+
+
+class BridgeUnreachable(BridgeError):
+    """No reply within the timeout after all retries (bridge down, wrong port, network)."""
+
+
+class BridgeProtocolError(BridgeError):
+    """The reply does not follow the protocol (not msgpack, wrong type, wrong version)."""
+
+
+class BridgeRefused(BridgeError):
+    """The bridge answered with an error reply; ``code`` is a protocol ErrorCode."""
+
+    def __init__(self, endpoint: str, code: str, detail: str, request_type: str) -> None:
+        super().__init__(endpoint, f"bridge at {endpoint} refused {request_type}: {code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.request_type = request_type
+
+
+@dataclass(frozen=True, slots=True)
+class ActResult:
+    action: int | list[float]
+    setpoint: list[float] | None  # [vx, vy, vz, yaw_rate] given to the actuator, None if not mapped
+    infer_ns: int  # device: onnxruntime run time
+    rtt_ns: int  # host: send to reply, this attempt
+    seq: int
+    recv_ns: int  # device time.monotonic_ns() when the request arrived
+    send_ns: int  # device time.monotonic_ns() just before the reply was packed
+    logits: np.ndarray | None  # float32 [n_actions] for discrete policies that export logits
+
+    @property
+    def overhead_ns(self) -> int:
+        """Round trip minus device inference: transport + (de)serialisation + bridge code."""
+        return self.rtt_ns - self.infer_ns
+
+
+def resolve_host(host: str, port: int, timeout_s: float) -> None:
+    """Raise OSError/TimeoutError if ``host`` doesn't resolve within timeout_s.
+
+    ZeroMQ's connect() accepts any hostname and retries resolution forever in
+    the background, so an unresolvable name would otherwise look like a plain
+    timeout. getaddrinfo runs in a daemon thread because a broken resolver can
+    block it far longer than we are willing to wait.
+    """
+    if host.startswith("["):
+        return
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    outcome: list[BaseException | None] = []
+
+    def lookup() -> None:
+        try:
+            pysocket.getaddrinfo(host, port, type=pysocket.SOCK_STREAM)
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=lookup, name=f"resolve-{host}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"name lookup took more than {timeout_s:.1f} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+class BridgeClient:
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = 1.0,
+        retries: int = 2,
+        *,
+        load_timeout_s: float = 30.0,
+        resolve_timeout_s: float = 2.0,
+        context: zmq.Context | None = None,
+    ) -> None:
+        if timeout_s <= 0 or load_timeout_s <= 0 or retries < 0:
+            raise ValueError("timeouts must be positive and retries >= 0")
+        try:
+            host, port = parse_tcp_endpoint(endpoint)
+        except ValueError as exc:
+            raise BridgeError(endpoint, f"bad bridge endpoint: {exc}") from None
+        try:
+            resolve_host(host, port or 0, resolve_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise BridgeUnresolvable(endpoint, f"cannot resolve host {host!r} of bridge endpoint {endpoint}: {reason}") from None
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.load_timeout_s = load_timeout_s
+        self.hello_reply: dict[str, Any] | None = None
+        self._seq = 0
+        self._context = context or zmq.Context.instance()
+        self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        self._ever_connected = False
+        self._connect_refused = False
+        self._open()
+
+    # ------------------------------------------------------------------ socket lifecycle
+
+    def _open(self) -> None:
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)  # a closed client must not hang the process on unsent requests
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # The monitor only tells us, on timeout, *why* there was no reply (refused vs silent).
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED)
+        sock.connect(self.endpoint)
+        self._socket = sock
+
+    def _close_socket(self) -> None:
+        if self._socket is not None:
+            self._socket.disable_monitor()
+            self._socket.close(linger=0)
+            self._socket = None
+        if self._monitor is not None:
+            self._monitor.close(linger=0)
+            self._monitor = None
+
+    def _drain_monitor(self) -> None:
+        while self._monitor is not None and self._monitor.poll(0):
+            event = recv_monitor_message(self._monitor)["event"]
+            if event == zmq.EVENT_CONNECTED:
+                self._ever_connected = True
+            elif event == zmq.EVENT_CONNECT_RETRIED:
+                self._connect_refused = True
+
+    def close(self) -> None:
+        self._close_socket()
+
+    def __enter__(self) -> BridgeClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ request/reply
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _roundtrip(self, msg_type: str, seq: int, payload: bytes, timeout_s: float) -> tuple[dict[str, Any], int]:
+        """Lazy Pirate: (reply, round-trip ns of the answered attempt) or BridgeUnreachable."""
+        if self._socket is None:
+            raise BridgeError(self.endpoint, f"client for {self.endpoint} is closed")
+        attempts = 1 + self.retries
+        for attempt in range(attempts):
+            sock = self._socket
+            sent_ns = time.perf_counter_ns()
+            try:
+                sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)  # empty frame: REQ-style envelope
+            except zmq.Again:
+                pass  # no pipe yet; the wait below times out like a lost request
+            deadline_ns = sent_ns + int(timeout_s * 1e9)
+            while (remaining_ns := deadline_ns - time.perf_counter_ns()) > 0:
+                if not sock.poll(max(1, remaining_ns // 1_000_000)):
+                    continue
+                frames = sock.recv_multipart()
+                rtt_ns = time.perf_counter_ns() - sent_ns
+                try:
+                    reply = unpack(frames[-1])
+                except ProtocolError as exc:
+                    raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}") from None
+                reply_seq = reply.get("seq")
+                # seq None = the bridge could not read our seq; with one request in flight it is ours.
+                if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
+                    return reply, rtt_ns
+                # else: a late reply to an earlier request; drop it and keep waiting.
+            self._drain_monitor()
+            if attempt + 1 < attempts:
+                # A fresh socket drops requests queued on a dead connection (Lazy Pirate).
+                self._close_socket()
+                self._open()
+        self._drain_monitor()
+        raise BridgeUnreachable(
+            self.endpoint,
+            f"no reply from bridge at {self.endpoint} to {msg_type} after {attempts} attempt(s) of {timeout_s:g} s: {self._why_no_reply()}",
+        )
+
+    def _why_no_reply(self) -> str:
+        if self._ever_connected:
+            return "TCP connection was made but the bridge did not answer (busy, or not an airq bridge?)"
+        if self._connect_refused:
+            return "connection refused (nothing listening on that port - is the bridge running?)"
+        return "no TCP connection could be made (host down, wrong address or firewalled?)"
+
+    def _call(self, msg_type: str, timeout_s: float | None = None, **fields: Any) -> tuple[dict[str, Any], int]:
+        seq = self._next_seq()
+        payload = pack(request(msg_type, seq, **fields))
+        reply, rtt_ns = self._roundtrip(msg_type, seq, payload, timeout_s or self.timeout_s)
+        reply_type = reply.get("type")
+        if reply_type == MsgType.ERROR:
+            raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), msg_type)
+        if reply_type != msg_type:
+            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} answered {msg_type} with type {reply_type!r}")
+        return reply, rtt_ns
+
+    # ------------------------------------------------------------------ API
+
+    def hello(self) -> dict[str, Any]:
+        """Negotiate the protocol version; returns device info, limits and the loaded policy."""
+        reply, _ = self._call(MsgType.HELLO, versions=list(SUPPORTED_VERSIONS), client=CLIENT_NAME)
+        if reply.get("version") not in SUPPORTED_VERSIONS:
+            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}")
+        self.hello_reply = reply
+        return reply
+
+    def load_policy(self, path_or_bytes: str | Path | bytes, name: str | None = None) -> dict[str, Any]:
+        """Upload an ONNX policy; returns its summary (sha256, obs_dim, action space, load time...)."""
+        if isinstance(path_or_bytes, bytes):
+            onnx_bytes, label = path_or_bytes, name or ""
+        else:
+            path = Path(path_or_bytes)
+            try:
+                onnx_bytes = path.read_bytes()
+            except OSError as exc:
+                raise BridgeError(self.endpoint, f"cannot read policy {path}: {exc.strerror or exc}") from None
+            label = name or path.name
+        limit = (self.hello_reply or self.hello()).get("max_message_bytes")
+        if isinstance(limit, int) and len(onnx_bytes) > limit:
+            # Checked here too: past the bridge's transport limit it could only drop the connection.
+            raise BridgeRefused(
+                self.endpoint, ErrorCode.TOO_LARGE, f"policy is {len(onnx_bytes)} bytes, bridge limit is {limit}", MsgType.LOAD_POLICY
+            )
+        reply, _ = self._call(
+            MsgType.LOAD_POLICY, self.load_timeout_s, onnx=onnx_bytes, sha256=sha256_hex(onnx_bytes), name=label
+        )
+        return reply
+
+    def act(self, obs: np.ndarray) -> ActResult:
+        """One observation ([obs_dim] or [1, obs_dim], cast to float32) -> action from the device."""
+        data, shape = encode_observation(obs)
+        seq = self._next_seq()
+        payload = pack({"v": PROTOCOL_VERSION, "type": MsgType.ACT, "seq": seq, "obs": data, "shape": shape, "dtype": "<f4"})
+        reply, rtt_ns = self._roundtrip(MsgType.ACT, seq, payload, self.timeout_s)
+        if reply.get("type") != MsgType.ACT:
+            if reply.get("type") == MsgType.ERROR:
+                raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), MsgType.ACT)
+            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} answered act with type {reply.get('type')!r}")
+        return ActResult(
+            action=reply["action"],
+            setpoint=reply.get("setpoint"),
+            infer_ns=reply["infer_ns"],
+            rtt_ns=rtt_ns,
+            seq=seq,
+            recv_ns=reply["recv_ns"],
+            send_ns=reply["send_ns"],
+            logits=decode_float32_bytes(reply.get("logits")),
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Memory, CPU, counters, actuator statistics."""
+        return self._call(MsgType.STATUS)[0]
+
+    def reset(self) -> dict[str, Any]:
+        """New episode: actuator to hover, per-episode counters cleared; returns the finished episode's summary."""
+        return self._call(MsgType.RESET)[0]
