@@ -1,0 +1,113 @@
+"""Environment throughput: single env, Gymnasium's SyncVectorEnv over it, and the native vector env.
+
+    python -m nav_env.bench [--level default] [--num-envs 64] [--seconds 2] [--rounds 3] [--out FILE]
+
+Random actions, autoresets included, one thread. The three are measured in interleaved rounds in the
+same run and the ratio native / Sync is reported from the medians.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import json
+import platform
+import sys
+import time
+from statistics import median
+
+import gymnasium as gym
+import numpy as np
+
+from nav_env.config import ConfigError, load_level
+from nav_env.env import NavEnv
+from nav_env.render import write_atomic
+from nav_env.vector import NavVectorEnv
+
+
+def _actions(n: int, batch: int | None, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 25, size=(n, batch) if batch else n)
+
+
+def bench_single(level: str, seconds: float) -> float:
+    env = NavEnv(level)
+    env.reset(seed=0)
+    acts = _actions(4096, None)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for a in acts[:256]:
+            _, _, te, tr, _ = env.step(a)
+            steps += 1
+            if te or tr:
+                env.reset()
+    return steps / (time.perf_counter() - t0)
+
+
+def bench_vector(envs, num_envs: int, seconds: float) -> float:
+    envs.reset(seed=0)
+    acts = _actions(256, num_envs)
+    steps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for a in acts[:32]:
+            envs.step(a)
+            steps += num_envs
+    return steps / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--level", default="default")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--seconds", type=float, default=2.0, help="per measurement")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", help="write the figures as JSON here")
+    args = p.parse_args(argv)
+    if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1:
+        print("error: --num-envs, --seconds and --rounds must be positive", file=sys.stderr)
+        return 2
+    try:
+        load_level(args.level)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    native = NavVectorEnv(args.num_envs, level=args.level)
+    sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level) for _ in range(args.num_envs)])
+    runs: dict[str, list[float]] = {"single": [], "sync_vector": [], "native_vector": []}
+    for r in range(args.rounds):
+        runs["single"].append(bench_single(args.level, args.seconds))
+        runs["sync_vector"].append(bench_vector(sync, args.num_envs, args.seconds))
+        runs["native_vector"].append(bench_vector(native, args.num_envs, args.seconds))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), file=sys.stderr)
+    med = {k: median(v) for k, v in runs.items()}
+    result = {
+        "level": args.level, "num_envs": args.num_envs, "seconds": args.seconds, "rounds": args.rounds,
+        "env_steps_per_s": med, "native_over_sync": med["native_vector"] / med["sync_vector"],
+        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
+    }
+    print(f"level {args.level}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})")
+    print(f"{'env':<22}{'env-steps/s':>14}")
+    for k, v in med.items():
+        print(f"{k:<22}{v:>14,.0f}")
+    print(f"native / SyncVectorEnv: {result['native_over_sync']:.1f}x")
+    if args.out:
+        write_atomic(args.out, json.dumps(result, indent=2).encode())
+    return 0
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

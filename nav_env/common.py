@@ -1,0 +1,84 @@
+"""Pieces shared by the single and the vector env: spaces, action checking, curriculum."""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+from gymnasium import spaces
+
+from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
+from nav_env.config import N_STATE_FEATURES, NavConfig, load_level
+
+
+def resolve_config(level: str, config: NavConfig | None, overrides: dict | None) -> NavConfig:
+    if config is not None:
+        if overrides:
+            raise ValueError("pass either config or overrides, not both")
+        return config
+    return load_level(level, overrides)
+
+
+def observation_space(cfg: NavConfig) -> spaces.Box:
+    n_pix = cfg.camera.width * cfg.camera.height
+    low = np.zeros(n_pix + N_STATE_FEATURES, dtype=np.float32)
+    high = np.ones(n_pix + N_STATE_FEATURES, dtype=np.float32)
+    low[n_pix + 1 : n_pix + 7] = -1.0  # bearing sin/cos, body velocities, yaw rate
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+def action_space(cfg: NavConfig) -> spaces.Space:
+    if cfg.task.action_type == "discrete":
+        return spaces.Discrete(N_DISCRETE_ACTIONS)
+    v = cfg.vehicle
+    high = np.array([v.max_speed, v.max_speed, v.max_speed, v.max_yaw_rate], dtype=np.float32)
+    return spaces.Box(-high, high, dtype=np.float32)
+
+
+def commands(actions, cfg: NavConfig, n: int) -> np.ndarray:
+    """Map a batch of actions to body-frame setpoints (n, 4); raise on anything outside the space."""
+    if cfg.task.action_type == "discrete":
+        a = np.asarray(actions)
+        if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
+            if a.shape == (n,) and np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(f"actions must be {n} integers in [0, {N_DISCRETE_ACTIONS}), got {actions!r}")
+        if np.any((a < 0) | (a >= N_DISCRETE_ACTIONS)):
+            bad = a[(a < 0) | (a >= N_DISCRETE_ACTIONS)][0]
+            raise ValueError(f"action {bad} is outside Discrete({N_DISCRETE_ACTIONS})")
+        return DISCRETE_ACTIONS[a]
+    a = np.asarray(actions, dtype=np.float64)
+    if a.shape != (n, 4):
+        raise ValueError(f"actions must have shape ({n}, 4) [vx, vy, vz, yaw_rate], got {a.shape}")
+    v = cfg.vehicle
+    high = np.array([v.max_speed, v.max_speed, v.max_speed, v.max_yaw_rate])
+    bad = ~np.isfinite(a) | (np.abs(a) > high * (1 + 1e-6))
+    if np.any(bad):
+        raise ValueError(f"action {a[np.any(bad, axis=1)][0].tolist()} is outside the box bounds +-{high.tolist()}")
+    return a
+
+
+class ZoneCurriculum:
+    """Air Learning's goal-zone curriculum: start in zone 0, move to the next zone when the success
+    rate over the last ``window`` episodes of the current zone reaches ``threshold``."""
+
+    def __init__(self, n_zones: int, window: int, threshold: float):
+        self.n_zones, self.window, self.threshold = n_zones, window, threshold
+        self.zone = 0
+        self._results: deque[bool] = deque(maxlen=window)
+
+    def record(self, zone: int, success: bool) -> None:
+        if zone != self.zone:
+            return
+        self._results.append(bool(success))
+        if (
+            self.zone < self.n_zones - 1
+            and len(self._results) == self.window
+            and sum(self._results) >= self.threshold * self.window
+        ):
+            self.zone += 1
+            self._results.clear()
+
+    @property
+    def success_rate(self) -> float:
+        return sum(self._results) / len(self._results) if self._results else 0.0

@@ -1,0 +1,254 @@
+"""Level configuration: typed dataclasses loaded from TOML files in ``configs/levels/``.
+
+Every key is validated: an unknown section or key, a wrong type, or a non-positive size raises
+:class:`ConfigError` with a one-line message naming the offending value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path(os.environ.get("AIRQ_CONFIG_DIR", Path(__file__).resolve().parents[1] / "configs"))
+LEVEL_DIR = CONFIG_DIR / "levels"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+@dataclass(frozen=True)
+class ArenaConfig:
+    size_x: float = 30.0  # m
+    size_y: float = 30.0  # m
+    ceiling: float = 10.0  # m
+    altitude: float = 2.0  # m, start altitude (discrete actions hold it)
+    spawn_margin: float = 2.0  # m, start and goal keep this far from the walls
+
+
+@dataclass(frozen=True)
+class ObstacleConfig:
+    cylinders: tuple[int, int] = (6, 12)  # count range, inclusive
+    cylinder_radius: tuple[float, float] = (0.4, 1.2)  # m
+    boxes: tuple[int, int] = (4, 7)
+    box_side: tuple[float, float] = (1.0, 3.0)  # m, each side drawn independently
+    moving: tuple[int, int] = (0, 0)  # moving cylinders
+    moving_radius: tuple[float, float] = (0.4, 0.8)
+    moving_speed: tuple[float, float] = (0.5, 1.5)  # m/s
+    clearance: float = 1.5  # m of free space around start and goal
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    width: int = 32
+    height: int = 32
+    fov_deg: float = 90.0  # horizontal; pixels are square
+    max_range: float = 10.0  # m; depth is normalised by it
+    noise_std: float = 0.0  # Gaussian depth noise, as a fraction of max_range
+    dropout: float = 0.0  # probability that a pixel reads 0 (no return)
+
+
+@dataclass(frozen=True)
+class VehicleConfig:
+    radius: float = 0.3  # m, collision radius
+    dt: float = 0.1  # s of simulated time per step
+    tau: float = 0.15  # s, first-order velocity response
+    max_speed: float = 5.0  # m/s, bound of velocity commands and observations
+    max_yaw_rate: float = 2.0  # rad/s
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    goal_zones: tuple[tuple[float, float], ...] = ((8.0, 14.0), (14.0, 20.0), (20.0, 27.0), (27.0, 34.0))
+    success_radius: float = 1.5  # m
+    max_steps: int = 500
+    action_type: str = "discrete"  # or "continuous"
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    success: float = 10.0
+    collision: float = -10.0
+    step: float = -0.01
+    progress: float = 0.5  # per metre of distance gained toward the goal
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    enabled: bool = False
+    window: int = 200  # episodes of the current zone
+    threshold: float = 0.3  # success rate over the window that unlocks the next zone
+
+
+@dataclass(frozen=True)
+class NavConfig:
+    level: str = "default"
+    arena: ArenaConfig = field(default_factory=ArenaConfig)
+    obstacles: ObstacleConfig = field(default_factory=ObstacleConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    vehicle: VehicleConfig = field(default_factory=VehicleConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+
+    @property
+    def obs_dim(self) -> int:
+        return self.camera.width * self.camera.height + N_STATE_FEATURES
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+N_STATE_FEATURES = 8
+SECTIONS = {f.name: f.type for f in dataclasses.fields(NavConfig) if f.name != "level"}
+_SECTION_CLASSES = {
+    "arena": ArenaConfig, "obstacles": ObstacleConfig, "camera": CameraConfig, "vehicle": VehicleConfig,
+    "task": TaskConfig, "reward": RewardConfig, "curriculum": CurriculumConfig,
+}
+
+
+def available_levels() -> list[str]:
+    return sorted(p.stem for p in LEVEL_DIR.glob("*.toml"))
+
+
+def load_level(level: str | os.PathLike = "default", overrides: dict[str, Any] | None = None) -> NavConfig:
+    """Load a level by name (``configs/levels/NAME.toml``) or by path, then apply dotted overrides.
+
+    ``overrides`` maps ``"section.key"`` to a value, e.g. ``{"camera.width": 64}``.
+    """
+    path = Path(level)
+    if path.suffix != ".toml":
+        path = LEVEL_DIR / f"{level}.toml"
+        if not path.is_file():
+            raise ConfigError(f"unknown level {str(level)!r} (known: {', '.join(available_levels())})")
+    elif not path.is_file():
+        raise ConfigError(f"level file not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    name = data.pop("level", path.stem)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"override {dotted!r} must be 'section.key'")
+        data.setdefault(section, {})[key] = value
+    return config_from_dict(data, name=name, source=str(path))
+
+
+def config_from_dict(data: dict[str, Any], name: str = "custom", source: str = "config") -> NavConfig:
+    sections: dict[str, Any] = {}
+    for section, values in data.items():
+        if section == "level":
+            name = values
+            continue
+        cls = _SECTION_CLASSES.get(section)
+        if cls is None:
+            raise ConfigError(f"{source}: unknown config section {section!r} (known: {', '.join(_SECTION_CLASSES)})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        sections[section] = _build_section(cls, section, values, source)
+    cfg = NavConfig(level=name, **sections)
+    validate(cfg, source)
+    return cfg
+
+
+def _build_section(cls: type, section: str, values: dict[str, Any], source: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        f = known.get(key)
+        if f is None:
+            raise ConfigError(f"{source}: unknown config key '{section}.{key}' (known: {', '.join(known)})")
+        kwargs[key] = _coerce(value, getattr(cls(), key), f"{section}.{key}", source)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, where: str, source: str) -> Any:
+    """Convert TOML values to the type of the default (lists -> tuples), checking types."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {where} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: {where} must be an integer, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: {where} must be a number, got {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {where} must be a string, got {value!r}")
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {where} must be a list, got {value!r}")
+        if default and isinstance(default[0], tuple):
+            return tuple(_coerce(v, default[0], where, source) for v in value)
+        if len(value) != len(default):
+            raise ConfigError(f"{source}: {where} must have {len(default)} values, got {value!r}")
+        return tuple(_coerce(v, d, where, source) for v, d in zip(value, default))
+    raise ConfigError(f"{source}: {where}: unsupported value {value!r}")
+
+
+def validate(cfg: NavConfig, source: str = "config") -> None:
+    def positive(where: str, v: float) -> None:
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ConfigError(f"{source}: {where} must be positive, got {v!r}")
+
+    def nonneg(where: str, v: float) -> None:
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{source}: {where} must be >= 0, got {v!r}")
+
+    def ordered(where: str, r: tuple, minimum_positive: bool) -> None:
+        lo, hi = r
+        (positive if minimum_positive else nonneg)(where, lo)
+        if hi < lo:
+            raise ConfigError(f"{source}: {where} range is reversed: {r!r}")
+
+    a, o, c, v, t, cu = cfg.arena, cfg.obstacles, cfg.camera, cfg.vehicle, cfg.task, cfg.curriculum
+    for k in ("size_x", "size_y", "ceiling", "altitude"):
+        positive(f"arena.{k}", getattr(a, k))
+    nonneg("arena.spawn_margin", a.spawn_margin)
+    if a.altitude >= a.ceiling:
+        raise ConfigError(f"{source}: arena.altitude {a.altitude} must be below arena.ceiling {a.ceiling}")
+    if 2 * a.spawn_margin >= min(a.size_x, a.size_y):
+        raise ConfigError(f"{source}: arena.spawn_margin {a.spawn_margin} leaves no room to spawn")
+    for k in ("cylinders", "boxes", "moving"):
+        ordered(f"obstacles.{k}", getattr(o, k), minimum_positive=False)
+    for k in ("cylinder_radius", "box_side", "moving_radius"):
+        ordered(f"obstacles.{k}", getattr(o, k), minimum_positive=True)
+    ordered("obstacles.moving_speed", o.moving_speed, minimum_positive=False)
+    nonneg("obstacles.clearance", o.clearance)
+    positive("camera.width", c.width)
+    positive("camera.height", c.height)
+    positive("camera.max_range", c.max_range)
+    if not 0 < c.fov_deg < 180:
+        raise ConfigError(f"{source}: camera.fov_deg must be in (0, 180), got {c.fov_deg!r}")
+    nonneg("camera.noise_std", c.noise_std)
+    if not 0 <= c.dropout < 1:
+        raise ConfigError(f"{source}: camera.dropout must be in [0, 1), got {c.dropout!r}")
+    for k in ("radius", "dt", "tau", "max_speed", "max_yaw_rate"):
+        positive(f"vehicle.{k}", getattr(v, k))
+    if not t.goal_zones:
+        raise ConfigError(f"{source}: task.goal_zones must not be empty")
+    for i, z in enumerate(t.goal_zones):
+        if len(z) != 2:
+            raise ConfigError(f"{source}: task.goal_zones[{i}] must be [min, max], got {z!r}")
+        ordered(f"task.goal_zones[{i}]", z, minimum_positive=True)
+        diag = math.hypot(a.size_x - 2 * a.spawn_margin, a.size_y - 2 * a.spawn_margin)
+        if z[0] >= diag:
+            raise ConfigError(f"{source}: task.goal_zones[{i}] starts at {z[0]} m, beyond the arena's {diag:.1f} m")
+    positive("task.success_radius", t.success_radius)
+    positive("task.max_steps", t.max_steps)
+    if t.action_type not in ("discrete", "continuous"):
+        raise ConfigError(f"{source}: task.action_type must be 'discrete' or 'continuous', got {t.action_type!r}")
+    positive("curriculum.window", cu.window)
+    if not 0 < cu.threshold <= 1:
+        raise ConfigError(f"{source}: curriculum.threshold must be in (0, 1], got {cu.threshold!r}")

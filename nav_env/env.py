@@ -1,0 +1,173 @@
+"""The single navigation environment (Gymnasium API)."""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from nav_env.arena import sample_episode
+from nav_env.common import ZoneCurriculum, action_space, commands, observation_space, resolve_config
+from nav_env.config import NavConfig
+from nav_env.sim import BatchSim
+
+
+class NavEnv(gym.Env):
+    """Point-to-point drone navigation through obstacles, after Air Learning.
+
+    ## Description
+    A multirotor flies at a held altitude in a walled arena (default 30 x 30 m, ceiling 10 m) from a
+    random start to a goal point, seeing a forward depth camera. Obstacles are vertical prisms from
+    floor to ceiling: cylinders ("columns") and axis-aligned boxes; the ``hard`` level adds moving
+    cylinders and a noisy camera. Levels live in ``configs/levels/*.toml``.
+
+    ## Action space
+    ``Discrete(25)`` (``task.action_type = "discrete"``), body-frame velocity / yaw-rate setpoints:
+
+    | index | action | vx, vy (m/s) | yaw rate (deg/s) |
+    |-------|--------|--------------|------------------|
+    | 0-4   | forward | 5, 4, 3, 2, 1 forward | 0 |
+    | 5, 6  | diagonal left | 3 m/s at 60, 30 deg left | 0 |
+    | 7     | hover | 0 | 0 |
+    | 8, 9  | diagonal right | 3 m/s at 30, 60 deg right | 0 |
+    | 10-12 | back | 1, 2, 3 backwards | 0 |
+    | 13, 14| back-left, back-right | 2 m/s at 135 deg | 0 |
+    | 15-19 | yaw left | 0 | 15, 30, 45, 60, 90 |
+    | 20-24 | yaw right | 0 | -15, -30, -45, -60, -90 |
+
+    ``Box(4)`` (``"continuous"``): ``[vx, vy, vz, yaw_rate]`` within +-``vehicle.max_speed`` m/s and
+    +-``vehicle.max_yaw_rate`` rad/s. An action outside the space raises ``ValueError``: it is never
+    clipped silently. The vehicle follows each setpoint with a first-order response (time constant
+    ``vehicle.tau``) over one control period ``vehicle.dt`` (0.1 s).
+
+    ## Observation space
+    One flat ``float32`` vector of ``W*H + 8`` values (default 32*32 + 8 = 1032):
+
+    | index | observation | min | max |
+    |-------|-------------|-----|-----|
+    | 0 .. W*H-1 | planar depth image, row-major from the top-left pixel, / ``camera.max_range`` | 0 | 1 |
+    | W*H + 0 | distance to goal / arena diagonal | 0 | 1 |
+    | W*H + 1 | sin(bearing to goal), bearing counter-clockwise from the nose | -1 | 1 |
+    | W*H + 2 | cos(bearing to goal) | -1 | 1 |
+    | W*H + 3 | forward velocity / ``vehicle.max_speed`` | -1 | 1 |
+    | W*H + 4 | leftward velocity / ``vehicle.max_speed`` | -1 | 1 |
+    | W*H + 5 | upward velocity / ``vehicle.max_speed`` | -1 | 1 |
+    | W*H + 6 | yaw rate / ``vehicle.max_yaw_rate`` | -1 | 1 |
+    | W*H + 7 | altitude / ``arena.ceiling`` | 0 | 1 |
+
+    The camera (default 32 x 32, 90 degree horizontal FOV, 10 m range) sees obstacles, walls, floor
+    and ceiling; a pixel with no return within range reads 1. On ``hard`` the depth carries Gaussian
+    noise (``camera.noise_std``) and dropout to 0 (``camera.dropout``). The observation is complete:
+    a policy needs nothing else.
+
+    ## Rewards
+    Per step: ``reward.step`` (-0.01) plus ``reward.progress`` (0.5) per metre gained toward the goal;
+    ``reward.success`` (+10) on reaching the goal; ``reward.collision`` (-10) on a collision.
+
+    ## Starting state
+    Start and goal are at least ``arena.spawn_margin`` from the walls and ``obstacles.clearance`` from
+    every obstacle; the start yaw is uniform. The goal distance is drawn from a goal zone
+    (default 8-14, 14-20, 20-27, 27-34 m), uniformly over all zones unless ``options={"zone": k}``
+    or the curriculum (``curriculum.enabled``) picks it. ``options={"episode": nav_env.arena.Episode(...)}``
+    plays a hand-built scene instead. Every episode is checked solvable by a
+    grid planner on the static obstacles, and redrawn if not.
+
+    ## Episode end
+    Terminated on success (within ``task.success_radius`` = 1.5 m of the goal) or collision (with an
+    obstacle, a wall, the floor or the ceiling; vehicle radius ``vehicle.radius`` = 0.3 m).
+    Truncated after ``task.max_steps`` (500) steps: a time limit is not a terminal state.
+    ``info`` carries ``is_success``, ``collision``, ``distance_to_goal``, ``path_length``,
+    ``start_distance``, ``steps`` and ``zone``.
+
+    ## Arguments
+    ``NavEnv(level="default", render_mode=None, config=None, overrides=None)``: ``level`` is a level
+    name (``easy``, ``default``, ``hard``) or a path to a level TOML; ``overrides`` maps dotted keys to
+    values, e.g. ``{"camera.width": 64, "camera.height": 64}``; ``config`` passes a ready
+    :class:`NavConfig`. ``render_mode="rgb_array"`` renders a top-down map with the path and goal
+    beside the depth image.
+
+    ## Examples
+    >>> import gymnasium as gym, nav_env
+    >>> env = gym.make("AirNav-v0")                       # the default level
+    >>> obs, info = env.reset(seed=0)
+    >>> envs = gym.make_vec("AirNav-Hard-v0", num_envs=64, vectorization_mode="vector_entry_point")
+
+    Same seed, same episode: ``reset(seed=s)`` fixes the arena, start, goal and camera noise, so the
+    same actions give the same trajectory here and in :class:`nav_env.vector.NavVectorEnv`.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        level: str = "default",
+        render_mode: str | None = None,
+        config: NavConfig | None = None,
+        overrides: dict[str, Any] | None = None,
+    ):
+        self.cfg = resolve_config(level, config, overrides)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
+        self.render_mode = render_mode
+        self.observation_space = observation_space(self.cfg)
+        self.action_space = action_space(self.cfg)
+        self.curriculum = ZoneCurriculum(len(self.cfg.task.goal_zones), self.cfg.curriculum.window, self.cfg.curriculum.threshold)
+        self.sim = BatchSim(self.cfg, 1)
+        self.episode = None
+        self.trajectory: list[np.ndarray] = []
+        self._done = True
+        self._last_obs: np.ndarray | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "episode" in options:  # a hand-built scene (tests, replays)
+            return self._start(options["episode"])
+        zone = options.get("zone")
+        n_zones = len(self.cfg.task.goal_zones)
+        if zone is not None and not (isinstance(zone, (int, np.integer)) and 0 <= zone < n_zones):
+            raise ValueError(f"options['zone'] must be an integer in [0, {n_zones}), got {zone!r}")
+        if zone is None and self.cfg.curriculum.enabled:
+            zone = self.curriculum.zone
+        return self._start(sample_episode(self.np_random, self.cfg, zone))
+
+    def _start(self, episode):
+        self.episode = episode
+        self.sim.load([0], [self.episode])
+        self.trajectory = [self.sim.pos[0].copy()]
+        self._done = False
+        self._last_obs = self.sim.observe()[0]
+        return self._last_obs, self._info(False, False)
+
+    def step(self, action):
+        if self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
+        cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)
+        reward, terminated, truncated, collision, success = self.sim.step(cmd)
+        self.trajectory.append(self.sim.pos[0].copy())
+        self._done = bool(terminated[0] or truncated[0])
+        if self._done and self.cfg.curriculum.enabled:
+            self.curriculum.record(self.episode.zone, bool(success[0]))
+        self._last_obs = self.sim.observe()[0]
+        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._info(bool(collision[0]), bool(success[0]))
+
+    def _info(self, collision: bool, success: bool) -> dict[str, Any]:
+        s = self.sim
+        return {
+            "is_success": success,
+            "collision": collision,
+            "distance_to_goal": float(s.prev_dist[0]),
+            "start_distance": float(s.start_dist[0]),
+            "path_length": float(s.path_length[0]),
+            "steps": int(s.steps[0]),
+            "zone": int(s.zone[0]),
+        }
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self.episode is None:
+            raise RuntimeError("render() called before reset()")
+        from nav_env.render import render_frame
+
+        return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))

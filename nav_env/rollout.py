@@ -1,0 +1,94 @@
+"""Seeded evaluation: episode ``j`` is played from ``reset(seed=seed + j)`` whatever the policy, so
+two policies' results pair up episode by episode."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from nav_env.config import NavConfig
+from nav_env.stats import wilson_interval
+from nav_env.vector import NavVectorEnv
+
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class EpisodeResult:
+    episode: int
+    seed: int
+    zone: int
+    outcome: str  # "success", "collision" or "timeout"
+    steps: int
+    episode_return: float
+    path_length: float
+    start_distance: float
+    straight_distance: float  # from the start to the edge of the goal's success radius
+
+    @property
+    def success(self) -> bool:
+        return self.outcome == "success"
+
+
+def run_episodes(
+    policy: Policy, cfg: NavConfig, episodes: int, seed: int = 0, num_envs: int = 16
+) -> Iterator[EpisodeResult]:
+    """Play ``episodes`` seeded episodes in a vector env; yield each result as it ends."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    n = min(num_envs, episodes)
+    env = NavVectorEnv(n, config=cfg, autoreset_mode=AutoresetMode.DISABLED)
+    assigned = np.arange(n)  # episode index per env, -1 when idle
+    obs, _ = env.reset(seed=[seed + int(j) for j in assigned])
+    returns = np.zeros(n)
+    next_episode = n
+    while (assigned >= 0).any():
+        obs, reward, terminated, truncated, info = env.step(policy(obs))
+        returns += reward
+        done = (terminated | truncated) & (assigned >= 0)
+        if not done.any():
+            continue
+        mask = np.zeros(n, bool)
+        seeds: list[int | None] = [None] * n
+        for i in np.flatnonzero(done):
+            outcome = "success" if info["is_success"][i] else "collision" if info["collision"][i] else "timeout"
+            yield EpisodeResult(
+                episode=int(assigned[i]), seed=seed + int(assigned[i]), zone=int(info["zone"][i]), outcome=outcome,
+                steps=int(info["steps"][i]), episode_return=float(returns[i]),
+                path_length=float(info["path_length"][i]), start_distance=float(info["start_distance"][i]),
+                straight_distance=float(info["start_distance"][i]) - cfg.task.success_radius,
+            )
+            returns[i] = 0.0
+            if next_episode < episodes:
+                assigned[i], seeds[i], mask[i] = next_episode, seed + next_episode, True
+                next_episode += 1
+            else:
+                assigned[i] = -1
+        if mask.any():
+            obs, _ = env.reset(seed=seeds, options={"reset_mask": mask})
+
+
+def summarize(results: list[EpisodeResult]) -> dict:
+    """Rates with Wilson 95% intervals, mean return, steps and path efficiency."""
+    n = len(results)
+    outcomes = [r.outcome for r in results]
+    out: dict = {"episodes": n}
+    for name in ("success", "collision", "timeout"):
+        k = outcomes.count(name)
+        lo, hi = wilson_interval(k, n)
+        out[f"{name}_rate"], out[f"{name}_ci95"] = k / n if n else 0.0, [lo, hi]
+    out["mean_return"] = float(np.mean([r.episode_return for r in results])) if n else 0.0
+    out["mean_steps"] = float(np.mean([r.steps for r in results])) if n else 0.0
+    succ = [r for r in results if r.success]
+    out["path_efficiency"] = float(np.mean([r.path_length / max(r.straight_distance, 1e-9) for r in succ])) if succ else None
+    zones = sorted({r.zone for r in results})
+    out["success_rate_by_zone"] = {
+        str(z): float(np.mean([r.success for r in results if r.zone == z])) for z in zones
+    }
+    return out
+
+
+def as_rows(results: list[EpisodeResult]) -> list[dict]:
+    return [asdict(r) for r in sorted(results, key=lambda r: r.episode)]
