@@ -1,0 +1,233 @@
+"""hil.client.BridgeClient against the real bridge subprocess, and against scripted real ZeroMQ peers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import zmq
+
+from firmware_bridge.launcher import BridgeProcess
+from firmware_bridge.protocol import ErrorCode, pack, sha256_hex, unpack
+from firmware_bridge.toy_policy import build_mlp_policy, default_action_table
+from hil.client import (
+    ActResult,
+    BridgeClient,
+    BridgeError,
+    BridgeProtocolError,
+    BridgeRefused,
+    BridgeUnreachable,
+    BridgeUnresolvable,
+)
+
+OBS_DIM = 96
+N_ACTIONS = 9
+# Generous: these bound a hang, they do not measure speed.
+HANG_GUARD_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def model() -> bytes:
+    return build_mlp_policy(OBS_DIM, hidden=32, n_actions=N_ACTIONS, seed=5)
+
+
+@pytest.fixture(scope="module")
+def bridge() -> Iterator[BridgeProcess]:
+    with BridgeProcess() as running:
+        yield running
+
+
+@pytest.fixture
+def client(bridge: BridgeProcess) -> Iterator[BridgeClient]:
+    with BridgeClient(bridge.endpoint, timeout_s=5.0, retries=0) as bridge_client:
+        yield bridge_client
+
+
+def reference_action(model: bytes, obs: np.ndarray) -> tuple[int, np.ndarray]:
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    action, logits = session.run(["action", "logits"], {"obs": obs.reshape(1, -1).astype(np.float32)})
+    return int(action[0]), logits[0]
+
+
+def test_hello_load_act_status_reset(client: BridgeClient, model: bytes, tmp_path: Path) -> None:
+    hello = client.hello()
+    assert hello["version"] == 1 and hello["device"]["hostname"] == socket.gethostname()
+
+    path = tmp_path / "toy.onnx"
+    path.write_bytes(model)
+    loaded = client.load_policy(path)
+    assert loaded["sha256"] == sha256_hex(model) and loaded["obs_dim"] == OBS_DIM and loaded["name"] == "toy.onnx"
+    assert client.load_policy(model, name="again")["replaced_sha256"] == sha256_hex(model)  # bytes work too
+
+    rng = np.random.default_rng(0)
+    seqs = []
+    for _ in range(5):
+        obs = rng.standard_normal(OBS_DIM)  # float64 in: the client sends float32
+        result = client.act(obs)
+        expected_action, expected_logits = reference_action(model, obs)
+        assert isinstance(result, ActResult)
+        assert result.action == expected_action
+        assert result.setpoint == default_action_table(N_ACTIONS)[expected_action]
+        np.testing.assert_allclose(result.logits, expected_logits, rtol=1e-5, atol=1e-6)
+        assert 0 < result.infer_ns < result.rtt_ns and result.overhead_ns == result.rtt_ns - result.infer_ns
+        assert result.recv_ns <= result.send_ns
+        seqs.append(result.seq)
+    assert seqs == sorted(set(seqs))
+
+    status = client.status()
+    assert status["counters"]["acts"] >= 5 and status["rss_bytes"] > 0
+    reset = client.reset()
+    assert reset["previous_episode"]["acts"] >= 5
+    assert client.status()["episode"]["acts"] == 0
+
+
+def test_error_reply_raises_bridge_refused_with_code(client: BridgeClient, model: bytes) -> None:
+    client.load_policy(model)
+    with pytest.raises(BridgeRefused) as info:
+        client.act(np.zeros(OBS_DIM + 1))
+    assert info.value.code == ErrorCode.BAD_OBSERVATION and info.value.endpoint == client.endpoint
+    assert client.endpoint in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(BridgeRefused) as info:
+        client.act(np.full(OBS_DIM, np.nan))
+    assert info.value.code == ErrorCode.BAD_OBSERVATION
+    with pytest.raises(BridgeRefused) as info:
+        client.load_policy(b"not a model")
+    assert info.value.code == ErrorCode.BAD_POLICY
+    assert client.act(np.zeros(OBS_DIM)).action == reference_action(model, np.zeros(OBS_DIM))[0]
+
+
+def test_policy_over_bridge_limit_refused_before_sending(model: bytes) -> None:
+    with BridgeProcess(["--max-message-bytes", "4096"]) as small, BridgeClient(small.endpoint, timeout_s=5.0) as client:
+        with pytest.raises(BridgeRefused) as info:
+            client.load_policy(model)
+        assert info.value.code == ErrorCode.TOO_LARGE
+        assert client.status()["counters"]["loads"] == 0  # never reached the bridge
+
+
+def test_unreadable_policy_file_is_a_bridge_error(client: BridgeClient, tmp_path: Path) -> None:
+    with pytest.raises(BridgeError, match="cannot read policy"):
+        client.load_policy(tmp_path / "missing.onnx")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_nothing_listening_gives_clear_error_quickly() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with BridgeClient(endpoint, timeout_s=0.5, retries=1) as client, pytest.raises(BridgeUnreachable) as info:
+        client.hello()
+    assert time.monotonic() - start < HANG_GUARD_S
+    message = str(info.value)
+    assert endpoint in message and "2 attempt(s)" in message and "connection refused" in message
+    assert "\n" not in message
+
+
+def test_unresolvable_host_gives_clear_error_quickly() -> None:
+    start = time.monotonic()
+    with pytest.raises(BridgeUnresolvable) as info:
+        BridgeClient("tcp://nonexistent.invalid:5555", timeout_s=0.5, retries=0)
+    assert time.monotonic() - start < HANG_GUARD_S
+    assert "tcp://nonexistent.invalid:5555" in str(info.value) and "cannot resolve" in str(info.value)
+
+
+def test_bad_endpoint_string() -> None:
+    with pytest.raises(BridgeError, match="tcp://HOST:PORT"):
+        BridgeClient("raspberrypi.local:5555")
+
+
+def scripted_peer(behaviour: Callable[[zmq.Socket, list[bytes], int], None]) -> tuple[str, threading.Event, threading.Thread]:
+    """A real ROUTER socket in a thread that answers per ``behaviour(socket, frames, request_index)``."""
+    context = zmq.Context.instance()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("tcp://127.0.0.1:*")
+    endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+    stop = threading.Event()
+
+    def serve() -> None:
+        index = 0
+        while not stop.is_set():
+            if router.poll(20):
+                behaviour(router, router.recv_multipart(), index)
+                index += 1
+        router.close(linger=0)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return endpoint, stop, thread
+
+
+def reply_with(router: zmq.Socket, frames: list[bytes], **fields: object) -> None:
+    request = unpack(frames[-1])
+    router.send_multipart([*frames[:-1], pack({"v": 1, "type": request["type"], "seq": request["seq"], **fields})])
+
+
+def test_stale_replies_are_discarded_by_seq() -> None:
+    def answer_stale_first(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        request = unpack(frames[-1])
+        stale = {"v": 1, "type": "status", "seq": request["seq"] - 1, "marker": "stale"}
+        router.send_multipart([*frames[:-1], pack(stale)])
+        reply_with(router, frames, marker="fresh")
+
+    endpoint, stop, thread = scripted_peer(answer_stale_first)
+    try:
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client:
+            client.status()  # seq 1
+            assert client.status()["marker"] == "fresh"  # seq 2: the stale seq-1 reply is skipped
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_lazy_pirate_retries_on_a_fresh_socket() -> None:
+    def ignore_first_request(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        if index > 0:
+            reply_with(router, frames, marker=f"answered request {index}")
+
+    endpoint, stop, thread = scripted_peer(ignore_first_request)
+    try:
+        with BridgeClient(endpoint, timeout_s=0.3, retries=1) as client:
+            assert client.status()["marker"] == "answered request 1"
+        with BridgeClient(endpoint, timeout_s=0.3, retries=0) as client:
+            client.status()  # answered (index 2)
+        silent_endpoint, silent_stop, silent_thread = scripted_peer(lambda *_: None)
+        try:
+            with BridgeClient(silent_endpoint, timeout_s=0.3, retries=1) as client, pytest.raises(BridgeUnreachable) as info:
+                client.status()
+            assert "did not answer" in str(info.value)  # connected, but silent: not "refused"
+        finally:
+            silent_stop.set()
+            silent_thread.join()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_garbage_reply_is_a_protocol_error() -> None:
+    def garbage(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        router.send_multipart([*frames[:-1], b"\xc1 not msgpack"])
+
+    endpoint, stop, thread = scripted_peer(garbage)
+    try:
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client, pytest.raises(BridgeProtocolError):
+            client.status()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_closed_client_raises(bridge: BridgeProcess) -> None:
+    client = BridgeClient(bridge.endpoint)
+    client.close()
+    with pytest.raises(BridgeError, match="closed"):
+        client.status()
