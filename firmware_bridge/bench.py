@@ -44,7 +44,7 @@ class Roundtripper:
     def __init__(self, endpoint: str, kind: str, timeout_ms: int = 30_000) -> None:
         self.kind = kind
         self.timeout_ms = timeout_ms
-        self.socket = zmq.Context.instance().socket(zmq.REQ if kind == "req" else zmq.DEALER)
+        self.socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ if kind == "req" else zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(endpoint)
 
@@ -72,7 +72,9 @@ def run_acts(client: Roundtripper, observations: list[bytes], obs_dim: int, n: i
     handler = np.empty(n, np.int64)
     shape = [obs_dim]
     for i in range(-warmup, n):
-        payload = pack(request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4"))
+        payload = pack(
+            request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4")
+        )
         start = time.perf_counter_ns()
         reply = unpack(client.call(payload))
         elapsed = time.perf_counter_ns() - start
@@ -88,7 +90,9 @@ def run_acts(client: Roundtripper, observations: list[bytes], obs_dim: int, n: i
 def run_echo(client: Roundtripper, observations: list[bytes], obs_dim: int, n: int, warmup: int) -> np.ndarray:
     rtt = np.empty(n, np.int64)
     for i in range(-warmup, n):
-        payload = pack(request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=[obs_dim], dtype="<f4"))
+        payload = pack(
+            request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=[obs_dim], dtype="<f4")
+        )
         start = time.perf_counter_ns()
         unpack(client.call(payload))
         elapsed = time.perf_counter_ns() - start
@@ -99,10 +103,10 @@ def run_echo(client: Roundtripper, observations: list[bytes], obs_dim: int, n: i
 
 def echo_server() -> None:
     """Baseline peer: ROUTER that unpacks each request and answers a small map, nothing else."""
-    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind("tcp://127.0.0.1:*")
-    print(f"{READY_PREFIX}{sock.getsockopt(zmq.LAST_ENDPOINT).decode()}", flush=True)
+    print(f"{READY_PREFIX}{sock.getsockopt_string(zmq.LAST_ENDPOINT)}", flush=True)
     while True:
         frames = sock.recv_multipart()
         message = unpack(frames[-1])
@@ -151,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     model, model_label = load_model(args.policy, args.obs_dim, args.hidden)
-    with BridgeProcess(["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20))]) as bridge:
+    with BridgeProcess(
+        ["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20))]
+    ) as bridge:
         client = Roundtripper(bridge.endpoint, args.client)
         try:
             loaded = unpack(client.call(pack(load_policy_request(0, model, name="bench"))))
@@ -178,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def build_report(args: Any, model_label: str, loaded: dict, samples: Samples, baseline: np.ndarray | None, status: dict) -> dict:
+def build_report(
+    args: Any, model_label: str, loaded: dict, samples: Samples, baseline: np.ndarray | None, status: dict
+) -> dict:
     overhead = samples.rtt_ns - samples.infer_ns
     report: dict[str, Any] = {
         "n": args.n,
@@ -213,7 +221,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [
         f"airq bridge bench: {report['n']} acts, {report['client'].upper()} client, TCP loopback, "
         f"onnxruntime threads={report['threads']}",
-        f"policy: {report['policy']} ({report['policy_bytes']} B, obs_dim {report['obs_dim']}, {report['action_space']})",
+        f"policy: {report['policy']} ({report['policy_bytes']} B, "
+        f"obs_dim {report['obs_dim']}, {report['action_space']})",
         f"{'':28s}{'p50':>9s}{'p95':>9s}{'p99':>9s}   (microseconds)",
     ]
     lines += [f"{label:28s}{v['p50']:9.1f}{v['p95']:9.1f}{v['p99']:9.1f}" for label, v in rows]

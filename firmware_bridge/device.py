@@ -54,6 +54,7 @@ def device_info(bridge_version: str) -> dict[str, Any]:
     import onnxruntime
     import zmq
 
+    usable_cores: int | None
     try:
         usable_cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

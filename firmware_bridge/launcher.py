@@ -34,7 +34,7 @@ class BridgeProcess:
         self.endpoint = ""
         self.process: subprocess.Popen[str] | None = None
         # stderr to a file, not a pipe: a chatty bridge must never block on a full pipe nobody reads.
-        self._stderr = tempfile.TemporaryFile(mode="w+t")
+        self._stderr = tempfile.TemporaryFile(mode="w+t")  # noqa: SIM115 - lives as long as the process; closed in close()
 
     def start(self) -> BridgeProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -60,11 +60,12 @@ class BridgeProcess:
                     if not line:  # EOF: the bridge exited
                         break
         self.process.poll()
-        raise BridgeStartError(f"bridge did not start (exit code {self.process.returncode}): {self.stderr_text().strip()[-2000:]}")
+        raise BridgeStartError(
+            f"bridge did not start (exit code {self.process.returncode}): {self.stderr_text().strip()[-2000:]}"
+        )
 
     def _wait_for_hello(self) -> None:
-        context = zmq.Context.instance()
-        sock = context.socket(zmq.REQ)
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(self.endpoint)
@@ -104,5 +105,7 @@ class BridgeProcess:
     def __enter__(self) -> BridgeProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

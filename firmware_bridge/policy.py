@@ -94,7 +94,9 @@ class Policy:
             first = outputs[0]
             action = int(first.argmax()) if self.argmax_output else int(first.reshape(-1)[0])
             if not 0 <= action < self.action_size:
-                raise ProtocolError(ErrorCode.BAD_POLICY, f"policy produced action {action} outside 0..{self.action_size - 1}")
+                raise ProtocolError(
+                    ErrorCode.BAD_POLICY, f"policy produced action {action} outside 0..{self.action_size - 1}"
+                )
             setpoint = self.action_table[action] if self.action_table is not None else None
             return action, setpoint, logits
         values = outputs[0].reshape(-1)
@@ -158,7 +160,9 @@ def load_policy(
     return policy
 
 
-def _describe(session: ort.InferenceSession, metadata: dict[str, str], digest: str, model_bytes: int, name: str) -> Policy:
+def _describe(
+    session: ort.InferenceSession, metadata: dict[str, str], digest: str, model_bytes: int, name: str
+) -> Policy:
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise _bad(f"policy must have exactly 1 input (obs), has {len(inputs)}: {[i.name for i in inputs][:8]}")
@@ -192,7 +196,9 @@ def _describe(session: ort.InferenceSession, metadata: dict[str, str], digest: s
         action_output = float_outputs[0]
         fetch = [action_output.name]
 
-    action_size = _resolve_action_size(kind, metadata.get("airq.action_space"), action_output, logits if has_logits else None)
+    action_size = _resolve_action_size(
+        kind, metadata.get("airq.action_space"), action_output, logits if has_logits else None
+    )
     table = _parse_action_table(metadata.get("airq.action_table"), action_size) if kind == "discrete" else None
     return Policy(
         session=session,
@@ -237,11 +243,10 @@ def _resolve_obs_dim(shape_dim: Any, meta_value: str | None) -> int:
 
 def _resolve_action_size(kind: str, meta_space: str | None, action_output: Any, logits_output: Any) -> int:
     """Action count/dim from metadata, cross-checked against static output shapes."""
-    if kind == "discrete":
-        width_source = logits_output
-    else:
-        width_source = action_output
-    from_shape = _static_dim(width_source.shape[-1]) if width_source is not None and len(width_source.shape) == 2 else None
+    width_source = logits_output if kind == "discrete" else action_output
+    from_shape = (
+        _static_dim(width_source.shape[-1]) if width_source is not None and len(width_source.shape) == 2 else None
+    )
     from_meta = None
     if meta_space is not None:
         try:
@@ -274,7 +279,9 @@ def _parse_action_table(text: str | None, n_actions: int) -> list[list[float]] |
             or len(row) != SETPOINT_DIM
             or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row)
         ):
-            raise _bad(f"metadata airq.action_table[{index}] must be {SETPOINT_DIM} finite numbers [vx, vy, vz, yaw_rate]")
+            raise _bad(
+                f"metadata airq.action_table[{index}] must be {SETPOINT_DIM} finite numbers [vx, vy, vz, yaw_rate]"
+            )
         rows.append([float(v) for v in row])
     return rows
 

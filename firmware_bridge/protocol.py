@@ -221,9 +221,14 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
     overflow (max 3.4e38 * obs_dim << 1.8e308), and NaN/Inf propagate.
     """
     if type(data) is not bytes:
-        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"field 'obs' must be msgpack bin (raw float32 bytes), got {type(data).__name__}")
+        raise ProtocolError(
+            ErrorCode.BAD_OBSERVATION, f"field 'obs' must be msgpack bin (raw float32 bytes), got {type(data).__name__}"
+        )
     if dtype is not None and dtype not in OBS_DTYPE_NAMES:
-        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"obs dtype {str(dtype)[:32]!r} not supported; send little-endian float32 ('<f4')")
+        raise ProtocolError(
+            ErrorCode.BAD_OBSERVATION,
+            f"obs dtype {str(dtype)[:32]!r} not supported; send little-endian float32 ('<f4')",
+        )
     expected_bytes = obs_dim * 4
     if len(data) != expected_bytes:
         hint = " (float64 data? send float32)" if len(data) == obs_dim * 8 else ""
@@ -232,7 +237,9 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
             f"obs has {len(data)} bytes, policy expects {expected_bytes} ({obs_dim} float32 values){hint}",
         )
     if shape != [obs_dim] and shape != [1, obs_dim]:
-        raise ProtocolError(ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]")
+        raise ProtocolError(
+            ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]"
+        )
     values = np.frombuffer(data, dtype=OBS_WIRE_DTYPE)
     if not math.isfinite(values.sum(dtype=np.float64)):
         bad = np.flatnonzero(~np.isfinite(values))

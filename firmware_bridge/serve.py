@@ -22,11 +22,17 @@ MIN_MESSAGE_BYTES = 1024
 
 def build_parser() -> OneLineArgumentParser:
     parser = OneLineArgumentParser(prog=PROG, description="Serve an airq ONNX policy over ZeroMQ (device side).")
-    parser.add_argument("--bind", default=f"tcp://0.0.0.0:{DEFAULT_PORT}", help="tcp://HOST:PORT to listen on; PORT may be * (ephemeral)")
+    parser.add_argument(
+        "--bind",
+        default=f"tcp://0.0.0.0:{DEFAULT_PORT}",
+        help="tcp://HOST:PORT to listen on; PORT may be * (ephemeral)",
+    )
     parser.add_argument("--policy", metavar="FILE", help="ONNX policy to load at startup (hosts can also upload one)")
     parser.add_argument("--threads", type=positive_int, default=1, help="onnxruntime intra-op threads (default 1)")
     parser.add_argument("--actuator", choices=ACTUATOR_KINDS, default="mock", help="where setpoints go (default mock)")
-    parser.add_argument("--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)")
+    parser.add_argument(
+        "--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)"
+    )
     parser.add_argument(
         "--max-message-bytes",
         type=positive_int,
@@ -40,7 +46,9 @@ def build_parser() -> OneLineArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(), format="airq-bridge %(levelname)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="airq-bridge %(levelname)s: %(message)s"
+    )
     try:
         parse_tcp_endpoint(args.bind, allow_wildcard_port=True)
     except ValueError as exc:
@@ -65,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--policy {args.policy}: cannot read: {exc.strerror}", prog=PROG)
         try:
             # The operator chose this file, so no upload size limit applies to it.
-            policy = load_policy(onnx_bytes, expected_sha256=None, max_bytes=len(onnx_bytes), threads=args.threads, name=path.name)
+            policy = load_policy(
+                onnx_bytes, expected_sha256=None, max_bytes=len(onnx_bytes), threads=args.threads, name=path.name
+            )
         except PolicyLoadError as exc:
             fail(f"--policy {args.policy}: {exc.code}: {exc.message}", prog=PROG)
 
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = BridgeServer(config, make_actuator(args.actuator))
     except zmq.ZMQError as exc:
-        fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno)}", prog=PROG)
+        fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno or 0)}", prog=PROG)
     if policy is not None:
         server.install_policy(policy)
     server.install_signal_handlers()

@@ -15,8 +15,9 @@ import logging
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 
@@ -119,7 +120,7 @@ class BridgeServer:
         except zmq.ZMQError:
             self.socket.close()
             raise
-        self.endpoint: str = self.socket.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
     # ------------------------------------------------------------------ loop
 
@@ -198,7 +199,9 @@ class BridgeServer:
             reply = self._error(seq, exc.code, exc.message)
         except Exception as exc:  # a bug or an onnxruntime runtime failure: report it, keep serving
             log.exception("internal error handling seq=%s", seq)
-            reply = self._error(seq, ErrorCode.INTERNAL, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+            reply = self._error(
+                seq, ErrorCode.INTERNAL, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            )
         return pack(reply)
 
     @staticmethod
@@ -224,7 +227,9 @@ class BridgeServer:
     def _on_act(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         policy = self.policy
         if policy is None:
-            raise ProtocolError(ErrorCode.NO_POLICY, "no policy loaded: send load_policy first (or start with --policy)")
+            raise ProtocolError(
+                ErrorCode.NO_POLICY, "no policy loaded: send load_policy first (or start with --policy)"
+            )
         obs = decode_observation(message.get("obs"), message.get("shape"), message.get("dtype"), policy.obs_dim)
         start_ns = time.perf_counter_ns()
         action, setpoint, logits = policy.act(obs)
@@ -284,7 +289,9 @@ class BridgeServer:
             name=name[:128],
         )
         previous = self.install_policy(policy)
-        return ok_reply(MsgType.LOAD_POLICY, seq, replaced_sha256=previous.sha256 if previous else None, **policy.summary())
+        return ok_reply(
+            MsgType.LOAD_POLICY, seq, replaced_sha256=previous.sha256 if previous else None, **policy.summary()
+        )
 
     def _on_status(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         rss, peak_rss = process_memory_bytes()

@@ -14,6 +14,7 @@ and a doubled reset only starts one more (empty) episode.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket as pysocket
 import threading
@@ -146,7 +147,9 @@ class BridgeClient:
             resolve_host(host, port or 0, resolve_timeout_s)
         except (OSError, TimeoutError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise BridgeUnresolvable(endpoint, f"cannot resolve host {host!r} of bridge endpoint {endpoint}: {reason}") from None
+            raise BridgeUnresolvable(
+                endpoint, f"cannot resolve host {host!r} of bridge endpoint {endpoint}: {reason}"
+            ) from None
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.retries = retries
@@ -195,7 +198,9 @@ class BridgeClient:
     def __enter__(self) -> BridgeClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # ------------------------------------------------------------------ request/reply
@@ -212,10 +217,10 @@ class BridgeClient:
         for attempt in range(attempts):
             sock = self._socket
             sent_ns = time.perf_counter_ns()
-            try:
-                sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)  # empty frame: REQ-style envelope
-            except zmq.Again:
-                pass  # no pipe yet; the wait below times out like a lost request
+            # Empty first frame: the REQ-style envelope. Again = no pipe yet; the wait below then
+            # times out exactly like a lost request.
+            with contextlib.suppress(zmq.Again):
+                sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)
             deadline_ns = sent_ns + int(timeout_s * 1e9)
             while (remaining_ns := deadline_ns - time.perf_counter_ns()) > 0:
                 if not sock.poll(max(1, remaining_ns // 1_000_000)):
@@ -225,7 +230,9 @@ class BridgeClient:
                 try:
                     reply = unpack(frames[-1])
                 except ProtocolError as exc:
-                    raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}") from None
+                    raise BridgeProtocolError(
+                        self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}"
+                    ) from None
                 reply_seq = reply.get("seq")
                 # seq None = the bridge could not read our seq; with one request in flight it is ours.
                 if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
@@ -239,7 +246,8 @@ class BridgeClient:
         self._drain_monitor()
         raise BridgeUnreachable(
             self.endpoint,
-            f"no reply from bridge at {self.endpoint} to {msg_type} after {attempts} attempt(s) of {timeout_s:g} s: {self._why_no_reply()}",
+            f"no reply from bridge at {self.endpoint} to {msg_type} after {attempts} attempt(s) "
+            f"of {timeout_s:g} s: {self._why_no_reply()}",
         )
 
     def _why_no_reply(self) -> str:
@@ -257,7 +265,9 @@ class BridgeClient:
         if reply_type == MsgType.ERROR:
             raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), msg_type)
         if reply_type != msg_type:
-            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} answered {msg_type} with type {reply_type!r}")
+            raise BridgeProtocolError(
+                self.endpoint, f"bridge at {self.endpoint} answered {msg_type} with type {reply_type!r}"
+            )
         return reply, rtt_ns
 
     # ------------------------------------------------------------------ API
@@ -266,7 +276,9 @@ class BridgeClient:
         """Negotiate the protocol version; returns device info, limits and the loaded policy."""
         reply, _ = self._call(MsgType.HELLO, versions=list(SUPPORTED_VERSIONS), client=CLIENT_NAME)
         if reply.get("version") not in SUPPORTED_VERSIONS:
-            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}")
+            raise BridgeProtocolError(
+                self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}"
+            )
         self.hello_reply = reply
         return reply
 
@@ -285,7 +297,10 @@ class BridgeClient:
         if isinstance(limit, int) and len(onnx_bytes) > limit:
             # Checked here too: past the bridge's transport limit it could only drop the connection.
             raise BridgeRefused(
-                self.endpoint, ErrorCode.TOO_LARGE, f"policy is {len(onnx_bytes)} bytes, bridge limit is {limit}", MsgType.LOAD_POLICY
+                self.endpoint,
+                ErrorCode.TOO_LARGE,
+                f"policy is {len(onnx_bytes)} bytes, bridge limit is {limit}",
+                MsgType.LOAD_POLICY,
             )
         reply, _ = self._call(
             MsgType.LOAD_POLICY, self.load_timeout_s, onnx=onnx_bytes, sha256=sha256_hex(onnx_bytes), name=label
@@ -296,12 +311,16 @@ class BridgeClient:
         """One observation ([obs_dim] or [1, obs_dim], cast to float32) -> action from the device."""
         data, shape = encode_observation(obs)
         seq = self._next_seq()
-        payload = pack({"v": PROTOCOL_VERSION, "type": MsgType.ACT, "seq": seq, "obs": data, "shape": shape, "dtype": "<f4"})
+        payload = pack(
+            {"v": PROTOCOL_VERSION, "type": MsgType.ACT, "seq": seq, "obs": data, "shape": shape, "dtype": "<f4"}
+        )
         reply, rtt_ns = self._roundtrip(MsgType.ACT, seq, payload, self.timeout_s)
         if reply.get("type") != MsgType.ACT:
             if reply.get("type") == MsgType.ERROR:
                 raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), MsgType.ACT)
-            raise BridgeProtocolError(self.endpoint, f"bridge at {self.endpoint} answered act with type {reply.get('type')!r}")
+            raise BridgeProtocolError(
+                self.endpoint, f"bridge at {self.endpoint} answered act with type {reply.get('type')!r}"
+            )
         return ActResult(
             action=reply["action"],
             setpoint=reply.get("setpoint"),

@@ -145,13 +145,15 @@ def test_bad_endpoint_string() -> None:
         BridgeClient("raspberrypi.local:5555")
 
 
-def scripted_peer(behaviour: Callable[[zmq.Socket, list[bytes], int], None]) -> tuple[str, threading.Event, threading.Thread]:
+def scripted_peer(
+    behaviour: Callable[[zmq.Socket, list[bytes], int], None],
+) -> tuple[str, threading.Event, threading.Thread]:
     """A real ROUTER socket in a thread that answers per ``behaviour(socket, frames, request_index)``."""
     context = zmq.Context.instance()
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.bind("tcp://127.0.0.1:*")
-    endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+    endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
     stop = threading.Event()
 
     def serve() -> None:
@@ -202,7 +204,10 @@ def test_lazy_pirate_retries_on_a_fresh_socket() -> None:
             client.status()  # answered (index 2)
         silent_endpoint, silent_stop, silent_thread = scripted_peer(lambda *_: None)
         try:
-            with BridgeClient(silent_endpoint, timeout_s=0.3, retries=1) as client, pytest.raises(BridgeUnreachable) as info:
+            with (
+                BridgeClient(silent_endpoint, timeout_s=0.3, retries=1) as client,
+                pytest.raises(BridgeUnreachable) as info,
+            ):
                 client.status()
             assert "did not answer" in str(info.value)  # connected, but silent: not "refused"
         finally:

@@ -19,7 +19,7 @@ def local_outputs(model: bytes, observation: np.ndarray) -> dict[str, np.ndarray
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     values = session.run(names, {"obs": observation.reshape(1, -1).astype(np.float32)})
-    return dict(zip(names, values))
+    return dict(zip(names, values, strict=True))
 
 
 class RawClient:

@@ -58,10 +58,27 @@ def test_serve_port_in_use_is_a_usage_error(start_bridge: Any) -> None:
 def test_systemd_unit(tmp_path: Path) -> None:
     policy = tmp_path / "policy v2.onnx"  # a space, to exercise quoting
     policy.write_bytes(b"x")
-    result = run_module("firmware_bridge.systemd", "--bind", "tcp://0.0.0.0:5555", "--policy", str(policy), "--threads", "2", "--user", "airq")
+    result = run_module(
+        "firmware_bridge.systemd",
+        "--bind",
+        "tcp://0.0.0.0:5555",
+        "--policy",
+        str(policy),
+        "--threads",
+        "2",
+        "--user",
+        "airq",
+    )
     assert result.returncode == 0, result.stderr
     unit = result.stdout
-    for section in ("[Unit]", "[Service]", "[Install]", "WantedBy=multi-user.target", "User=airq", "Restart=on-failure"):
+    for section in (
+        "[Unit]",
+        "[Service]",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "User=airq",
+        "Restart=on-failure",
+    ):
         assert section in unit
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     argv = shlex.split(exec_line.removeprefix("ExecStart="))
@@ -97,7 +114,9 @@ def test_systemd_quoting_escapes_specifiers() -> None:
 
 
 def test_bench_reports_round_trip_and_overhead() -> None:
-    result = run_module("firmware_bridge.bench", "--n", "40", "--warmup", "5", "--obs-dim", "64", "--hidden", "16", "--json")
+    result = run_module(
+        "firmware_bridge.bench", "--n", "40", "--warmup", "5", "--obs-dim", "64", "--hidden", "16", "--json"
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     rtt, infer, overhead = report["round_trip_us"], report["device_inference_us"], report["overhead_us"]
@@ -108,7 +127,22 @@ def test_bench_reports_round_trip_and_overhead() -> None:
 
 
 def test_bench_table_and_missing_policy(tmp_path: Path) -> None:
-    result = run_module("firmware_bridge.bench", "--n", "20", "--warmup", "0", "--obs-dim", "16", "--hidden", "8", "--client", "req", "--no-baseline")
+    result = run_module(
+        "firmware_bridge.bench",
+        "--n",
+        "20",
+        "--warmup",
+        "0",
+        "--obs-dim",
+        "16",
+        "--hidden",
+        "8",
+        "--client",
+        "req",
+        "--no-baseline",
+    )
     assert result.returncode == 0, result.stderr
-    assert "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout and "REQ client" in result.stdout
+    assert (
+        "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout and "REQ client" in result.stdout
+    )
     assert_usage_error(run_module("firmware_bridge.bench", "--policy", str(tmp_path / "nope.onnx")), "nope.onnx")

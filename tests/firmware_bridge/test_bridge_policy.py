@@ -102,7 +102,9 @@ def test_not_a_model(model: bytes) -> None:
 
 
 def _graph_model(inputs: list, outputs: list, nodes: list, metadata: dict[str, str] | None = None) -> bytes:
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)]
+    )
     model.ir_version = 10
     helper.set_model_props(model, metadata or {})
     return model.SerializeToString()
@@ -112,7 +114,9 @@ def test_two_inputs_rejected() -> None:
     a = helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", DIM])
     b = helper.make_tensor_value_info("extra", TensorProto.FLOAT, ["batch", DIM])
     out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", DIM])
-    assert "exactly 1 input" in reject(_graph_model([a, b], [out], [helper.make_node("Add", ["obs", "extra"], ["logits"])]))
+    assert "exactly 1 input" in reject(
+        _graph_model([a, b], [out], [helper.make_node("Add", ["obs", "extra"], ["logits"])])
+    )
 
 
 def test_integer_input_rejected() -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import zmq
+from bridge_helpers import N_ACTIONS, OBS_DIM, RawClient, local_outputs
 
 import firmware_bridge
 from firmware_bridge.protocol import (
@@ -30,8 +31,6 @@ from firmware_bridge.protocol import (
     status_request,
 )
 from firmware_bridge.toy_policy import default_action_table
-
-from bridge_helpers import N_ACTIONS, OBS_DIM, RawClient, local_outputs
 
 
 def act_ok(client: RawClient, obs: np.ndarray, seq: int = 1000) -> dict[str, Any]:
@@ -51,7 +50,12 @@ def assert_act_matches_local(reply: dict[str, Any], model: bytes, obs: np.ndarra
 def test_hello_describes_device_and_negotiates_version(bridge: Any) -> None:
     client = RawClient(bridge.endpoint)
     reply = client.call(hello_request(5, client="test"))
-    assert (reply["type"], reply["seq"], reply["version"], reply["v"]) == ("hello", 5, PROTOCOL_VERSION, PROTOCOL_VERSION)
+    assert (reply["type"], reply["seq"], reply["version"], reply["v"]) == (
+        "hello",
+        5,
+        PROTOCOL_VERSION,
+        PROTOCOL_VERSION,
+    )
     device = reply["device"]
     assert device["hostname"] == socket.gethostname()
     assert device["machine"] == platform.machine()
@@ -75,7 +79,11 @@ def test_upload_then_act_matches_local_onnxruntime(bridge: Any, discrete_model: 
     assert loaded["type"] == "load_policy" and loaded["seq"] == 2
     assert loaded["sha256"] == firmware_bridge.protocol.sha256_hex(discrete_model)
     assert loaded["size_bytes"] == len(discrete_model)
-    assert (loaded["obs_dim"], loaded["action_space"], loaded["input_name"]) == (OBS_DIM, f"discrete:{N_ACTIONS}", "obs")
+    assert (loaded["obs_dim"], loaded["action_space"], loaded["input_name"]) == (
+        OBS_DIM,
+        f"discrete:{N_ACTIONS}",
+        "obs",
+    )
     assert loaded["output_names"] == ["action", "logits"] and loaded["name"] == "toy"
     assert loaded["load_time_ns"] > 0 and loaded["replaced_sha256"] is None
     rng = np.random.default_rng(3)
@@ -114,7 +122,11 @@ BAD_REQUESTS = {
     "missing-seq": (pack({"v": 1, "type": "status"}), ErrorCode.BAD_MESSAGE, None),
     "unknown-type": (pack(request("takeoff", 41)), ErrorCode.UNKNOWN_TYPE, 41),
     "wrong-version": (pack({"v": 99, "type": "act", "seq": 42}), ErrorCode.VERSION_MISMATCH, 42),
-    "hello-no-common-version": (pack({"v": 9, "type": "hello", "seq": 43, "versions": [9]}), ErrorCode.VERSION_MISMATCH, 43),
+    "hello-no-common-version": (
+        pack({"v": 9, "type": "hello", "seq": 43, "versions": [9]}),
+        ErrorCode.VERSION_MISMATCH,
+        43,
+    ),
     "obs-too-short": (pack(act_request(44, np.zeros(OBS_DIM - 1, np.float32))), ErrorCode.BAD_OBSERVATION, 44),
     "obs-float64": (
         pack(request("act", 45, obs=np.zeros(OBS_DIM).tobytes(), shape=[OBS_DIM], dtype="float64")),
@@ -128,9 +140,17 @@ BAD_REQUESTS = {
     ),
     "obs-as-list": (pack(request("act", 47, obs=[0.0] * OBS_DIM, shape=[OBS_DIM])), ErrorCode.BAD_OBSERVATION, 47),
     "obs-nan": (pack(act_request(48, np.full(OBS_DIM, np.nan, np.float32))), ErrorCode.BAD_OBSERVATION, 48),
-    "obs-inf": (pack(act_request(49, np.r_[np.zeros(OBS_DIM - 1), np.inf].astype(np.float32))), ErrorCode.BAD_OBSERVATION, 49),
+    "obs-inf": (
+        pack(act_request(49, np.r_[np.zeros(OBS_DIM - 1), np.inf].astype(np.float32))),
+        ErrorCode.BAD_OBSERVATION,
+        49,
+    ),
     "load-missing-bytes": (pack(request("load_policy", 50, sha256="00")), ErrorCode.BAD_MESSAGE, 50),
-    "load-sha256-mismatch": (pack(request("load_policy", 51, onnx=b"abc", sha256="0" * 64)), ErrorCode.HASH_MISMATCH, 51),
+    "load-sha256-mismatch": (
+        pack(request("load_policy", 51, onnx=b"abc", sha256="0" * 64)),
+        ErrorCode.HASH_MISMATCH,
+        51,
+    ),
     "load-not-onnx": (pack(load_policy_request(52, b"GIF89a definitely not a model")), ErrorCode.BAD_POLICY, 52),
 }
 
@@ -154,7 +174,9 @@ def test_truncated_upload_keeps_previous_policy(
     before = act_ok(raw, obs)
     truncated = other_discrete_model[: len(other_discrete_model) // 2]
     assert raw.call(load_policy_request(1, truncated))["code"] == ErrorCode.BAD_POLICY
-    tampered = request("load_policy", 2, onnx=other_discrete_model, sha256=firmware_bridge.protocol.sha256_hex(discrete_model))
+    tampered = request(
+        "load_policy", 2, onnx=other_discrete_model, sha256=firmware_bridge.protocol.sha256_hex(discrete_model)
+    )
     assert raw.call(tampered)["code"] == ErrorCode.HASH_MISMATCH
     after = act_ok(raw, obs)
     assert after["action"] == before["action"] and after["logits"] == before["logits"]
@@ -171,7 +193,9 @@ def assert_act_matches_local_logits_only(reply: dict[str, Any], model: bytes, ob
     np.testing.assert_allclose(np.frombuffer(reply["logits"], "<f4"), expected["logits"][0], rtol=1e-5, atol=1e-6)
 
 
-def test_oversize_messages(start_bridge: Any, discrete_model_file: Path, discrete_model: bytes, obs: np.ndarray) -> None:
+def test_oversize_messages(
+    start_bridge: Any, discrete_model_file: Path, discrete_model: bytes, obs: np.ndarray
+) -> None:
     limit = 16 * 1024
     bridge = start_bridge("--policy", str(discrete_model_file), "--max-message-bytes", str(limit))
     client = RawClient(bridge.endpoint)
@@ -236,7 +260,9 @@ def wait_for_status(client: RawClient, predicate: Any, deadline_s: float = 10.0)
         time.sleep(0.02)
 
 
-def test_mock_flight_controller_holds_when_acts_stop(start_bridge: Any, discrete_model_file: Path, obs: np.ndarray) -> None:
+def test_mock_flight_controller_holds_when_acts_stop(
+    start_bridge: Any, discrete_model_file: Path, obs: np.ndarray
+) -> None:
     bridge = start_bridge("--policy", str(discrete_model_file), "--hold-timeout-ms", "60")
     client = RawClient(bridge.endpoint)
     first = client.call(status_request(1))
