@@ -224,7 +224,7 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
         raise ProtocolError(
             ErrorCode.BAD_OBSERVATION, f"field 'obs' must be msgpack bin (raw float32 bytes), got {type(data).__name__}"
         )
-    if dtype is not None and dtype not in OBS_DTYPE_NAMES:
+    if dtype is not None and (type(dtype) is not str or dtype not in OBS_DTYPE_NAMES):
         raise ProtocolError(
             ErrorCode.BAD_OBSERVATION,
             f"obs dtype {str(dtype)[:32]!r} not supported; send little-endian float32 ('<f4')",
