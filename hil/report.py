@@ -1,0 +1,161 @@
+"""Summaries of closed-loop runs, the side-by-side table, JSON and plots."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hil.loop import LoopRecord
+from nav_env.render import save_png, write_atomic
+from nav_env.rollout import as_rows, summarize
+from nav_env.stats import paired_difference
+
+
+def percentiles_us(ns: list[int]) -> dict[str, float]:
+    if not ns:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0, "max": 0.0}
+    a = np.asarray(ns, dtype=np.float64) / 1e3
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
+
+
+def summarize_run(name: str, rec: LoopRecord, load: dict[str, Any]) -> dict[str, Any]:
+    steps = len(rec.rtt_ns)
+    overhead = [r - i for r, i in zip(rec.rtt_ns, rec.infer_ns)]
+    end = rec.status_end
+    peaks = [m[2] for m in rec.memory] + [int(end.get("peak_rss_bytes") or 0)]
+    seqs = np.asarray(rec.seqs)
+    return {
+        "policy": name,
+        "sha256": load.get("sha256"),
+        "model_bytes": load.get("size_bytes"),
+        "obs_dim": load.get("obs_dim"),
+        "load_ms": load.get("load_ms"),
+        "outcomes": summarize(rec.episodes),
+        "steps": steps,
+        "actuation_hz": steps / rec.loop_s if rec.loop_s else 0.0,
+        "round_trip_us": percentiles_us(rec.rtt_ns),
+        "device_inference_us": percentiles_us(rec.infer_ns),
+        "overhead_us": percentiles_us(overhead),
+        "deadline_misses": rec.deadline_misses,
+        "device_memory": {
+            "rss_bytes": int(end.get("rss_bytes") or 0),
+            "peak_rss_bytes": max(peaks),
+            "model_rss_bytes": end.get("model_rss_delta_bytes"),
+            "samples": [[round(t, 4), rss, peak] for t, rss, peak in rec.memory],
+        },
+        "device_counters": {"acts": (end.get("counters") or {}).get("acts"), "errors": (end.get("counters") or {}).get("errors")},
+        "act_seq_increasing": bool(steps < 2 or np.all(np.diff(seqs) > 0)),
+        "episodes": as_rows(rec.episodes),
+    }
+
+
+def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each run against the first: speed-up, memory ratio and the paired success difference."""
+    base = runs[0]
+    out = []
+    base_success = [e["outcome"] == "success" for e in base["episodes"]]
+    for run in runs[1:]:
+        success = [e["outcome"] == "success" for e in run["episodes"]]
+        out.append({
+            "policy": run["policy"],
+            "against": base["policy"],
+            "inference_speedup": _ratio(base["device_inference_us"]["p50"], run["device_inference_us"]["p50"]),
+            "actuation_rate_ratio": _ratio(run["actuation_hz"], base["actuation_hz"]),
+            "peak_rss_ratio": _ratio(base["device_memory"]["peak_rss_bytes"], run["device_memory"]["peak_rss_bytes"]),
+            "model_size_ratio": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
+            "success_difference": paired_difference(base_success, success) if len(success) == len(base_success) else None,
+        })
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    head = (f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
+            f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}")
+    lines = [head, "-" * len(head)]
+    for r in runs:
+        o, m = r["outcomes"], r["device_memory"]
+        lo, hi = o["success_ci95"]
+        lines.append(
+            f"{_short(r['policy']):<28}{o['success_rate']:>9.1%}{f'{lo:.0%}-{hi:.0%}':>14}{o['collision_rate']:>7.1%}{o['timeout_rate']:>6.1%}"
+            f"{r['actuation_hz']:>9,.0f}{r['round_trip_us']['p50']:>9.0f}{r['round_trip_us']['p95']:>8.0f}{r['round_trip_us']['p99']:>8.0f}"
+            f"{r['device_inference_us']['p50']:>10.1f}{r['device_inference_us']['p99']:>8.1f}{r['overhead_us']['p50']:>9.0f}"
+            f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}"
+        )
+    lines.append("latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference")
+    for c in comparisons:
+        d = c["success_difference"]
+        diff = f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})" if d else "success: episodes differ"
+        lines.append(
+            f"{_short(c['policy'])} vs {_short(c['against'])}: speed-up {_x(c['inference_speedup'])} (device inference p50), "
+            f"actuation rate {_x(c['actuation_rate_ratio'])}, memory saving {_x(c['peak_rss_ratio'])} (peak RSS), "
+            f"model {_x(c['model_size_ratio'])} smaller file; {diff}"
+        )
+    return "\n".join(lines)
+
+
+def _short(name: str) -> str:
+    return Path(name).name[-28:]
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "n/a"
+
+
+def write_report(out_dir: Path, report: dict[str, Any], records: list[LoopRecord], runs: list[dict[str, Any]]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [write_atomic(out_dir / "report.json", json.dumps(report, indent=1).encode())]
+    for run, rec in zip(runs, records):
+        stem = Path(run["policy"]).stem
+        for j, frame in rec.frames.items():
+            written.append(save_png(out_dir / f"trajectory_{stem}_ep{j}.png", frame))
+    written += _plots(out_dir, runs, records)
+    return written
+
+
+def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> list[Path]:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r, rec in zip(runs, records):
+        rtt = np.asarray(rec.rtt_ns) / 1e3
+        hi = np.percentile(rtt, 99.5) if len(rtt) else 1
+        ax.hist(np.clip(rtt, 0, hi), bins=80, histtype="step", label=f"{_short(r['policy'])} round trip")
+        ax.hist(np.clip(np.asarray(rec.infer_ns) / 1e3, 0, hi), bins=80, histtype="step", linestyle="--", label=f"{_short(r['policy'])} device inference")
+    ax.set_xlabel("microseconds (clipped at p99.5)")
+    ax.set_ylabel("acts")
+    ax.set_title("Closed-loop latency")
+    ax.legend(fontsize=7)
+    paths.append(_save_fig(fig, out_dir / "latency_histogram.png", io))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        s = np.asarray(r["device_memory"]["samples"], dtype=float)
+        if len(s):
+            ax.plot(s[:, 0], s[:, 1] / 2**20, label=f"{_short(r['policy'])} RSS")
+            ax.plot(s[:, 0], s[:, 2] / 2**20, linestyle="--", label=f"{_short(r['policy'])} peak")
+    ax.set_xlabel("seconds into the run")
+    ax.set_ylabel("device memory (MiB)")
+    ax.set_title("Bridge process memory over time")
+    ax.legend(fontsize=7)
+    paths.append(_save_fig(fig, out_dir / "memory_over_time.png", io))
+    plt.close("all")
+    return paths
+
+
+def _save_fig(fig, path: Path, io) -> Path:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    return write_atomic(path, buf.getvalue())

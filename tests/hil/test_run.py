@@ -1,0 +1,96 @@
+"""hil.run end to end: a real bridge process over TCP, real onnxruntime, the embedded simulator."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from firmware_bridge.toy_policy import build_mlp_policy
+
+
+@pytest.fixture(scope="module")
+def toy_policies(tmp_path_factory):
+    d = tmp_path_factory.mktemp("policies")
+    small, big = d / "small.onnx", d / "big.onnx"
+    small.write_bytes(build_mlp_policy(1032, 32, seed=1))
+    big.write_bytes(build_mlp_policy(1032, 256, seed=2))
+    return small, big
+
+
+def hil_run(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "hil.run", "--quiet", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_sim_only_run_reports_consistent_figures(toy_policies, tmp_path):
+    small, big = toy_policies
+    r = hil_run("--policy", small, "--policy", big, "--sim-only", "--episodes", "4", "--level", "easy", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [run["policy"] for run in report["runs"]] == [str(small), str(big)]
+    for run in report["runs"]:
+        o = run["outcomes"]
+        assert o["episodes"] == 4 == len(run["episodes"])
+        assert sum(e["outcome"] == "success" for e in run["episodes"]) == round(o["success_rate"] * 4)
+        assert abs(o["success_rate"] + o["collision_rate"] + o["timeout_rate"] - 1) < 1e-9
+        assert run["steps"] == sum(e["steps"] for e in run["episodes"]) > 0
+        # every act the host counted reached the device exactly once, in order
+        assert run["device_counters"]["acts"] == run["steps"] and run["device_counters"]["errors"] == 0
+        assert run["act_seq_increasing"]
+        assert run["actuation_hz"] > 0 and run["round_trip_us"]["p50"] > run["device_inference_us"]["p50"] > 0
+        assert run["round_trip_us"]["p50"] <= run["round_trip_us"]["p95"] <= run["round_trip_us"]["p99"]
+        mem = run["device_memory"]
+        assert 0 < mem["rss_bytes"] <= mem["peak_rss_bytes"] and len(mem["samples"]) >= 2
+        assert run["model_bytes"] > 0 and run["deadline_misses"] == 0
+    # same seeded episodes for both policies: starts and zones pair up
+    a, b = (run["episodes"] for run in report["runs"])
+    assert [(e["seed"], e["zone"], e["start_distance"]) for e in a] == [(e["seed"], e["zone"], e["start_distance"]) for e in b]
+    (cmp,) = report["comparisons"]
+    assert cmp["model_size_ratio"] < 1 and cmp["success_difference"]["n"] == 4
+    for name in ("latency_histogram.png", "memory_over_time.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    assert "speed-up" in r.stdout and "small.onnx" in r.stdout
+
+
+def test_paced_run_counts_deadline_misses(toy_policies, tmp_path):
+    small, _ = toy_policies
+    # 20 kHz is beyond what the loop can do: nearly every step misses its deadline
+    r = hil_run("--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "20000", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "report.json").read_text())["runs"][0]
+    assert run["deadline_misses"] > 0.5 * run["steps"]
+    r = hil_run("--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "200", "--out", tmp_path)
+    run = json.loads((tmp_path / "report.json").read_text())["runs"][0]
+    assert run["actuation_hz"] < 210
+
+
+def test_profile_pins_the_bridge(toy_policies, tmp_path):
+    small, _ = toy_policies
+    r = hil_run("--policy", small, "--sim-only", "--profile", "pi3b", "--episodes", "1", "--level", "easy", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["profile"]["name"] == "pi3b"
+    assert report["device"]["device"]["usable_cores"] == 1
+    assert "not emulated" in r.stdout
+
+
+def test_missing_policy_and_bad_level_exit_2(toy_policies, tmp_path):
+    r = hil_run("--policy", tmp_path / "nope.onnx", "--sim-only")
+    assert r.returncode == 2 and r.stderr.strip() == f"error: policy file not found: {tmp_path / 'nope.onnx'}"
+    r = hil_run("--policy", toy_policies[0], "--sim-only", "--level", "moon")
+    assert r.returncode == 2 and "unknown level 'moon'" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_observation_size_mismatch_is_a_clear_error(tmp_path):
+    wrong = tmp_path / "wrong.onnx"
+    wrong.write_bytes(build_mlp_policy(100, 16))
+    r = hil_run("--policy", wrong, "--sim-only", "--episodes", "1", "--out", tmp_path)
+    assert r.returncode == 2 and "takes 100 observations but level 'default' gives 1032" in r.stderr
+
+
+def test_unreachable_and_unresolvable_hosts_fail_fast(toy_policies, tmp_path):
+    for host, words in (("127.0.0.1", "connection refused"), ("nonexistent.invalid", "cannot resolve host")):
+        t0 = time.monotonic()
+        r = hil_run("--policy", toy_policies[0], "--host", host, "--port", "1", "--timeout", "0.5", "--out", tmp_path)
+        assert time.monotonic() - t0 < 20
+        assert r.returncode == 1 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
