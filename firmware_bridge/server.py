@@ -115,6 +115,7 @@ class BridgeServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
         self.socket.setsockopt(zmq.RCVTIMEO, config.poll_timeout_ms)
+        self.socket.setsockopt(zmq.IPV6, 1)  # tcp://*:5555 then listens on IPv4 and IPv6
         try:
             self.socket.bind(config.bind)
         except zmq.ZMQError:

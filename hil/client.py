@@ -159,7 +159,8 @@ class BridgeClient:
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
-        self._ever_connected = False
+        # Connection state of the current socket, from its monitor; only read to explain a timeout.
+        self._connected = False
         self._connect_refused = False
         self._open()
 
@@ -170,8 +171,13 @@ class BridgeClient:
         sock.setsockopt(zmq.LINGER, 0)  # a closed client must not hang the process on unsent requests
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        sock.setsockopt(zmq.IPV6, 1)  # so tcp://[::1]:5555 and AAAA-only names work too
         # The monitor only tells us, on timeout, *why* there was no reply (refused vs silent).
-        self._monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED)
+        self._monitor = sock.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_DISCONNECTED
+        )
+        self._connected = False
+        self._connect_refused = False
         sock.connect(self.endpoint)
         self._socket = sock
 
@@ -188,7 +194,9 @@ class BridgeClient:
         while self._monitor is not None and self._monitor.poll(0):
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECTED:
-                self._ever_connected = True
+                self._connected, self._connect_refused = True, False
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._connected = False
             elif event == zmq.EVENT_CONNECT_RETRIED:
                 self._connect_refused = True
 
@@ -251,7 +259,7 @@ class BridgeClient:
         )
 
     def _why_no_reply(self) -> str:
-        if self._ever_connected:
+        if self._connected:
             return "TCP connection was made but the bridge did not answer (busy, or not an airq bridge?)"
         if self._connect_refused:
             return "connection refused (nothing listening on that port - is the bridge running?)"

@@ -236,3 +236,15 @@ def test_closed_client_raises(bridge: BridgeProcess) -> None:
     client.close()
     with pytest.raises(BridgeError, match="closed"):
         client.status()
+
+
+def test_bridge_gone_mid_session_is_reported_as_refused(model: bytes) -> None:
+    with BridgeProcess(["--hold-timeout-ms", "1000"]) as short_lived:
+        client = BridgeClient(short_lived.endpoint, timeout_s=0.5, retries=1)
+        client.load_policy(model)
+        assert client.act(np.zeros(OBS_DIM)).seq > 0
+        assert short_lived.stop() == 0
+        with pytest.raises(BridgeUnreachable) as info:
+            client.act(np.zeros(OBS_DIM))
+        assert "connection refused" in str(info.value)
+        client.close()
