@@ -12,7 +12,7 @@ import numpy as np
 
 from hil.client import BridgeClient
 from nav_env.config import NavConfig
-from nav_env.env import NavEnv
+from nav_env.backends import make_env
 from nav_env.rollout import EpisodeResult
 
 STATUS_PERIOD_S = 0.5  # how often device memory is sampled during a run
@@ -43,8 +43,10 @@ def run_closed_loop(
     rate_hz: float | None = None,
     keep_trajectories: int = 3,
     on_episode: Callable[[EpisodeResult, LoopRecord], None] | None = None,
+    env=None,
 ) -> LoopRecord:
-    env = NavEnv(config=cfg, render_mode="rgb_array")
+    """Fly ``episodes`` seeded episodes; ``env`` defaults to the embedded simulator for ``cfg``."""
+    env = env if env is not None else make_env(cfg, render_mode="rgb_array")
     rec = LoopRecord()
     period_ns = int(1e9 / rate_hz) if rate_hz else 0
     t_start = time.perf_counter()
@@ -81,9 +83,11 @@ def run_closed_loop(
             straight_distance=info["start_distance"] - cfg.task.success_radius,
         )
         rec.episodes.append(ep)
-        if j < keep_trajectories:
+        if j < keep_trajectories and hasattr(env, "trajectory"):
             rec.trajectories[j] = np.array(env.trajectory)
-            rec.frames[j] = env.render()
+            frame = env.render()
+            if frame is not None:
+                rec.frames[j] = frame
         now = time.perf_counter()
         if now >= next_status or j == episodes - 1:
             _sample_memory(rec, client.status(), t_start)

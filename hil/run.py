@@ -21,6 +21,7 @@ from hil.client import BridgeClient, BridgeError
 from hil.loop import LoopRecord, run_closed_loop
 from hil.profiles import DeviceProfile, ProfileError, get_profile
 from hil.report import compare, format_table, summarize_run, write_report
+from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level
 
 USAGE_EXIT, FAILURE_EXIT = 2, 1
@@ -38,6 +39,10 @@ class RunArgs:
     level: str = "default"
     seed: int = 0
     rate_hz: float | None = None  # pace the loop; deadline misses are counted
+    backend: str = "embedded"  # simulator: embedded or airsim
+    airsim_host: str = "127.0.0.1"
+    airsim_port: int = 41451
+    device_arch: str = "native"  # --sim-only: native, or aarch64 (the bridge under qemu emulation)
     timeout_s: float = 1.0  # per request, before a retry
     out: str = "out/hil"
     quiet: bool = False
@@ -60,6 +65,11 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rate-hz", type=float, help="pace the loop at this rate (default: free-running)")
+    p.add_argument("--backend", choices=BACKENDS, default="embedded", help="simulator backend (default: embedded)")
+    p.add_argument("--airsim-host", default="127.0.0.1", help="AirSim / Cosys-AirSim server (with --backend airsim)")
+    p.add_argument("--airsim-port", type=int, default=41451)
+    p.add_argument("--device-arch", choices=("native", "aarch64"), default="native",
+                   help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=1.0, help="seconds per request before a retry")
     p.add_argument("--out", default="out/hil")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -80,6 +90,8 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
         raise UserError(f"--timeout must be positive, got {args.timeout_s}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.host is not None and args.device_arch != "native":
+        raise UserError("--device-arch applies to --sim-only runs")
     if args.host is not None and args.profile != "native":
         raise UserError("--profile applies to --sim-only runs; a real device is its own profile")
     try:
@@ -103,6 +115,10 @@ class Device:
         if a.sim_only:
             threads = a.threads or self.profile.threads
             self.process = BridgeProcess(["--threads", str(threads), "--actuator", "mock"])
+            if a.device_arch == "aarch64":
+                from hil.arm import emulated_bridge_command  # prepares (or reuses) the arm64 root filesystem
+
+                self.process.args = emulated_bridge_command(self.process.args[1:])
             self.process.args = self.profile.launch_prefix() + self.process.args
             self.process.start()
             endpoint = self.process.endpoint
@@ -134,6 +150,12 @@ def run(args: RunArgs) -> int:
         "comparisons": [],
     }
     records: list[LoopRecord] = []
+    try:
+        options = {"host": args.airsim_host, "port": args.airsim_port} if args.backend == "airsim" else {}
+        env = make_env(cfg, args.backend, render_mode="rgb_array", **options)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(str(e)) from None
+    report["backend"] = args.backend
     for path in args.policy:
         with Device(args, profile) as client:
             hello = client.hello()
@@ -141,7 +163,7 @@ def run(args: RunArgs) -> int:
             load = client.load_policy(path)
             if load.get("obs_dim") not in (None, cfg.obs_dim):
                 raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
-            rec = run_closed_loop(client, cfg, args.episodes, args.seed, args.rate_hz, on_episode=_progress(path, args))
+            rec = run_closed_loop(client, cfg, args.episodes, args.seed, args.rate_hz, on_episode=_progress(path, args), env=env)
         _end_progress(args)
         records.append(rec)
         report["runs"].append(summarize_run(path, rec, load))
