@@ -10,7 +10,8 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned to 2.13.0 (CPU build); the pin in pyproject keeps pip from pulling CUDA wheels.
-	$(PY) -m pip install -q -e '.[host,dev]'
+	# compat mode: the repo root goes on sys.path, so packages added later import without a reinstall
+	$(PY) -m pip install -q -e '.[host,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +22,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m nav_env.bench
+	$(PY) -m firmware_bridge.bench
+	$(PY) -m hil.bench
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
