@@ -23,10 +23,11 @@ COLORS = {
 }
 
 
-def render_frame(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None) -> np.ndarray:
+def render_frame(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None, depth: np.ndarray | None = None) -> np.ndarray:
     """(PANEL, 2*PANEL, 3) uint8: the map (north up) with obstacles, path, goal, vehicle and its
-    field of view on the left, env ``i``'s depth image on the right (white = far)."""
-    return np.concatenate([_map(cfg, sim, i, trajectory), _depth_panel(sim, i)], axis=1)
+    field of view on the left, env ``i``'s depth image on the right (white = far). ``depth`` (H, W)
+    in [0, 1] replaces the ray-cast image (the AirSim backend passes its camera's)."""
+    return np.concatenate([_map(cfg, sim, i, trajectory), _depth_panel(sim, i, depth)], axis=1)
 
 
 def _map(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None) -> np.ndarray:
@@ -80,8 +81,9 @@ def _polyline(img: np.ndarray, pts: np.ndarray, to_px, color) -> None:
             img[np.clip(cy + dy, 0, img.shape[0] - 1), np.clip(cx + dx, 0, img.shape[1] - 1)] = color
 
 
-def _depth_panel(sim: BatchSim, i: int) -> np.ndarray:
-    depth = sim.depth(np.array([i]))[0]
+def _depth_panel(sim: BatchSim, i: int, depth: np.ndarray | None = None) -> np.ndarray:
+    if depth is None:
+        depth = sim.depth(np.array([i]))[0]
     h, w = depth.shape
     rows = (np.arange(PANEL) * h // PANEL)[:, None]
     cols = (np.arange(PANEL) * w // PANEL)[None, :]

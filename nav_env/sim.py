@@ -74,21 +74,29 @@ class BatchSim:
 
         Returns reward, terminated, truncated, collision, success (arrays of length N).
         """
-        cfg, v = self.cfg, self.cfg.vehicle
+        v = self.cfg.vehicle
         a, dt = self.alpha, v.dt
         self.yaw_rate += a * (cmd[:, 3] - self.yaw_rate)
         self.yaw = np.remainder(self.yaw + self.yaw_rate * dt + math.pi, 2 * math.pi) - math.pi
         c, s = np.cos(self.yaw), np.sin(self.yaw)
         target = np.stack([c * cmd[:, 0] - s * cmd[:, 1], s * cmd[:, 0] + c * cmd[:, 1], cmd[:, 2]], axis=1)
         self.vel += a * (target - self.vel)
-        delta = self.vel * dt
+        self.track(self.vel * dt)
+        if self.has_moving:
+            self._move_obstacles(dt)
+        return self.score(self.collided())
+
+    def track(self, delta: np.ndarray) -> None:
+        """Count one control step that moved every env by ``delta`` (N, 3); the AirSim backend calls
+        it with the displacement its simulator reports."""
         self.pos += delta
         self.path_length += np.sqrt(np.einsum("ij,ij->i", delta, delta))
         self.steps += 1
-        if self.has_moving:
-            self._move_obstacles(dt)
 
-        collision = self.collided()
+    def score(self, collision: np.ndarray):
+        """Reward and episode end for the current positions given this step's ``collision`` flags
+        (shared with the AirSim backend). Returns reward, terminated, truncated, collision, success."""
+        cfg = self.cfg
         dist = np.linalg.norm(self.goal - self.pos, axis=1)
         success = (dist < cfg.task.success_radius) & ~collision
         r = cfg.reward
@@ -109,12 +117,9 @@ class BatchSim:
             vel[out] = -vel[out]
 
     def collided(self) -> np.ndarray:
-        cfg = self.cfg
-        rv = cfg.vehicle.radius
-        x, y, z = self.pos[:, 0:1], self.pos[:, 1:2], self.pos[:, 2]
-        hit = (self.pos[:, 0] < rv) | (self.pos[:, 0] > cfg.arena.size_x - rv)
-        hit |= (self.pos[:, 1] < rv) | (self.pos[:, 1] > cfg.arena.size_y - rv)
-        hit |= (z < rv) | (z > cfg.arena.ceiling - rv)
+        rv = self.cfg.vehicle.radius
+        x, y = self.pos[:, 0:1], self.pos[:, 1:2]
+        hit = self.out_of_bounds()
         cyl = self.cyl
         d2 = (cyl[:, :, 0] - x) ** 2 + (cyl[:, :, 1] - y) ** 2
         hit |= np.any(d2 < (cyl[:, :, 2] + rv) ** 2, axis=1)
@@ -124,10 +129,30 @@ class BatchSim:
         hit |= np.any(dx * dx + dy * dy < rv * rv, axis=1)
         return hit
 
+    def out_of_bounds(self) -> np.ndarray:
+        """True where the vehicle touches a wall, the floor or the ceiling."""
+        cfg = self.cfg
+        rv = cfg.vehicle.radius
+        x, y, z = self.pos[:, 0], self.pos[:, 1], self.pos[:, 2]
+        hit = (x < rv) | (x > cfg.arena.size_x - rv)
+        hit |= (y < rv) | (y > cfg.arena.size_y - rv)
+        hit |= (z < rv) | (z > cfg.arena.ceiling - rv)
+        return hit
+
     # ------------------------------------------------------------------ sensing
-    def observe(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """Flat float32 observations for the envs in ``idx``: depth image rows, then 8 state features."""
-        depth = self.depth(idx)
+    def observe(self, idx: np.ndarray | slice = slice(None), depth: np.ndarray | None = None) -> np.ndarray:
+        """Flat float32 observations for the envs in ``idx``: depth image rows, then 8 state features.
+
+        ``depth`` (n, H, W), normalised planar depth from another simulator (the AirSim backend),
+        replaces the ray-cast image; the level's camera noise is applied to it as to the ray-cast one.
+        """
+        if depth is None:
+            depth = self.depth(idx)
+        else:
+            depth = np.array(depth, dtype=np.float32)  # a copy: the noise is applied in place
+            cam = self.cfg.camera
+            if cam.noise_std > 0 or cam.dropout > 0:
+                self._corrupt(depth, idx)
         n = depth.shape[0]
         out = np.empty((n, self.cfg.obs_dim), dtype=np.float32)
         out[:, : depth[0].size] = depth.reshape(n, -1)  # copies out of the reused buffer
