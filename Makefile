@@ -27,3 +27,13 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
+
+# The bridge as aarch64 code under qemu (Cortex-A72) against the native bridge: tests/arm. hil.arm builds
+# the arm64 root filesystem + wheels once into .cache/arm (needs root for debootstrap, ~1 min of downloads).
+.PHONY: test-arm
+test-arm: $(STAMP)
+	@command -v qemu-aarch64-static >/dev/null && { command -v debootstrap || test -x /usr/sbin/debootstrap; } >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-user-static debootstrap; } || \
+	  { echo "make test-arm: needs qemu-user-static and debootstrap: run (as root) apt-get install -y qemu-user-static debootstrap" >&2; exit 1; }
+	$(PY) -m hil.arm prepare
+	AIRQ_TEST_ARM=1 $(PY) -m pytest -q tests/arm

@@ -1,0 +1,69 @@
+"""Shared by the aarch64 tests (a uniquely named module: `conftest` clashes with other test folders' conftests)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+ENABLED = os.environ.get("AIRQ_TEST_ARM") == "1"
+SHIPPED = {"fp32": REPO / "models" / "policy1_fp32.onnx", "int8": REPO / "models" / "policy1_int8.onnx"}
+FIRST_SEED = 100  # rollouts (level default) from seeds 100, 101, ... whose observations both bridges see
+MIN_OBSERVATIONS = 2000  # so a 0.5% disagreement is 10 observations
+MAX_STEPS_PER_EPISODE = 300
+
+# Figures the tests measured, printed at the end of the run (pytest -q hides print()).
+FIGURES: list[str] = []
+RECORDING: dict = {}
+
+
+@dataclass(frozen=True)
+class PolicyUnderTest:
+    label: str
+    path: Path
+    precision: str  # fp32 or int8
+    source: str  # "shipped" or "toy (...)"
+
+
+def static_int8(fp32: Path, out: Path, calibration: np.ndarray) -> None:
+    """Static int8 as quantize.ptq makes it (QOperator/QGemm, per-tensor, MinMax, s8 weights, u8 activations), all layers."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter([{"obs": calibration[i : i + 256]} for i in range(0, len(calibration), 256)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(
+        str(fp32), str(out), Reader(), quant_format=QuantFormat.QOperator, per_channel=False,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+
+
+def dynamic_int8(fp32: Path, out: Path) -> None:
+    """Dynamic int8 (weights int8, activations quantized per call): the kernels that go wrong under qemu's `max` CPU."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(fp32), str(out), weight_type=QuantType.QInt8)
+
+
+def toy_model() -> bytes:
+    from firmware_bridge.toy_policy import build_mlp_policy
+
+    return build_mlp_policy(1032, 256, n_actions=25, seed=3)
+
+
+def run_all(client, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every observation through client.act, one request each: (actions, logits, round trips ns)."""
+    actions, logits, rtt = [], [], []
+    for row in obs:
+        r = client.act(row)
+        actions.append(r.action)
+        logits.append(r.logits)
+        rtt.append(r.rtt_ns)
+    return np.asarray(actions), np.stack(logits), np.asarray(rtt)

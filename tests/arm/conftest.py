@@ -1,0 +1,137 @@
+"""The bridge as aarch64 code under qemu (hil.arm) against the native bridge.
+
+Tests marked ``arm`` need qemu-user-static, debootstrap (root, once) and downloads; they are skipped
+unless AIRQ_TEST_ARM=1, which ``make test-arm`` sets (it also installs the apt packages). The other
+tests here are quick and run with plain ``make test``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from arm_helpers import (
+    ENABLED,
+    FIGURES,
+    FIRST_SEED,
+    MAX_STEPS_PER_EPISODE,
+    MIN_OBSERVATIONS,
+    RECORDING,
+    SHIPPED,
+    PolicyUnderTest,
+    dynamic_int8,
+    static_int8,
+    toy_model,
+)
+
+from firmware_bridge.launcher import BridgeProcess
+from hil.client import BridgeClient
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "arm: needs the qemu-emulated aarch64 bridge (run with make test-arm)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ENABLED:
+        return
+    skip = pytest.mark.skip(reason="aarch64 emulation tests: run `make test-arm` (sets AIRQ_TEST_ARM=1)")
+    here = Path(__file__).parent
+    for item in items:
+        if item.get_closest_marker("arm") is not None and here in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if FIGURES:
+        terminalreporter.section("aarch64 emulation figures")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------------------------------- policies
+
+
+@pytest.fixture(scope="session")
+def policies(tmp_path_factory: pytest.TempPathFactory, recorded_obs: np.ndarray) -> list[PolicyUnderTest]:
+    """The shipped Policy I artifacts when present; otherwise (and always, for the kernels they
+    exercise) a toy MLP of the same contract, with a static and a dynamic int8 version."""
+    out: list[PolicyUnderTest] = []
+    if all(p.is_file() for p in SHIPPED.values()):
+        out += [PolicyUnderTest(f"policy1_{k}", p, k, "shipped") for k, p in SHIPPED.items()]
+    d = tmp_path_factory.mktemp("arm_policies")
+    fp32, static, dynamic = d / "toy_fp32.onnx", d / "toy_int8_static.onnx", d / "toy_int8_dynamic.onnx"
+    fp32.write_bytes(toy_model())
+    static_int8(fp32, static, recorded_obs[::4])
+    dynamic_int8(fp32, dynamic)
+    reason = "toy MLP 1032-256-25" + ("" if out else "; models/policy1_{fp32,int8}.onnx not found")
+    out += [
+        PolicyUnderTest("toy_fp32", fp32, "fp32", reason),
+        PolicyUnderTest("toy_int8_static", static, "int8", reason),
+        PolicyUnderTest("toy_int8_dynamic", dynamic, "int8", reason),
+    ]
+    return out
+
+
+@pytest.fixture(scope="session")
+def recorded_obs() -> np.ndarray:
+    """Observations from seeded nav_env rollouts (level default), flown by the toy fp32 policy with
+    some random actions mixed in so the episodes differ; float32 [N, 1032]."""
+    import onnxruntime as ort
+
+    from nav_env import NavEnv
+
+    session = ort.InferenceSession(toy_model(), providers=["CPUExecutionProvider"])
+    env = NavEnv("default")
+    rng = np.random.default_rng(0)
+    rows: list[np.ndarray] = []
+    seed = FIRST_SEED
+    while len(rows) < MIN_OBSERVATIONS:
+        obs, _ = env.reset(seed=seed)
+        seed += 1
+        for _ in range(MAX_STEPS_PER_EPISODE):
+            rows.append(np.asarray(obs, dtype=np.float32))
+            if rng.random() < 0.3:
+                action = int(rng.integers(env.action_space.n))
+            else:
+                action = int(session.run(["action"], {"obs": rows[-1][None]})[0][0])
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                break
+    env.close()
+    RECORDING.update(episodes=seed - FIRST_SEED, seeds=f"{FIRST_SEED}-{seed - 1}")
+    return np.stack(rows)
+
+
+# ---------------------------------------------------------------------------------------- bridges
+
+
+@pytest.fixture(scope="session")
+def arm_stack():
+    from hil.arm import prepare
+
+    return prepare()
+
+
+def _bridge(emulated: bool) -> Iterator[BridgeClient]:
+    process = BridgeProcess(["--threads", "1", "--actuator", "mock"], startup_timeout_s=120)
+    if emulated:
+        from hil.arm import emulated_bridge_command
+
+        assert process.args[0] == sys.executable
+        process.args = emulated_bridge_command(process.args[1:])
+    with process, BridgeClient(process.endpoint, timeout_s=5.0, load_timeout_s=120) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def native_bridge() -> Iterator[BridgeClient]:
+    yield from _bridge(emulated=False)
+
+
+@pytest.fixture(scope="session")
+def emulated_bridge(arm_stack) -> Iterator[BridgeClient]:
+    yield from _bridge(emulated=True)
