@@ -1,0 +1,126 @@
+"""Command line of the quantize package (one sub-command per task; errors are one line, exit 2)."""
+from __future__ import annotations
+
+import argparse
+import os
+
+# The CPU is shared (2 cores, training runs alongside): keep numpy/torch BLAS to one thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from quantize.errors import QuantizeError  # noqa: E402
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 as well, but prints the whole usage; keep one line
+        raise QuantizeError(f"{self.prog}: {message}")
+
+
+def _bits(text: str) -> int:
+    from quantize.affine import check_bits
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise QuantizeError(f"bits must be an integer from 2 to 16, got {text!r}") from None
+    return check_bits(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m quantize", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    q = sub.add_parser("ptq", help="post-training quantization of a policy ONNX file")
+    q.add_argument("model")
+    q.add_argument("--to", required=True, choices=("int8", "int8-dynamic", "fp16"))
+    q.add_argument("-o", "--output", required=True)
+    q.add_argument("--calibration-episodes", type=int, default=100)
+    q.add_argument("--seed", type=int, default=None, help="first calibration episode seed (default 2000000)")
+    q.add_argument("--level", default=None, help="env level for calibration (default: the model's airq.level)")
+    q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
+    q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default="qoperator")
+    q.add_argument("--per-channel", action="store_true")
+    q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
+    q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default="minmax")
+
+    i = sub.add_parser("inspect", help="print a model's interface, ops and quantization metadata")
+    i.add_argument("model")
+    i.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("bench", help="batch-1 latency, one thread, models interleaved")
+    b.add_argument("models", nargs="+")
+    b.add_argument("--calls", type=int, default=2000)
+    b.add_argument("--cold", action="store_true", help="evict caches before each call (as on a Pi)")
+    b.add_argument("--json", default=None, help="also write the rows to this JSON file")
+
+    a = sub.add_parser("analyze", help="per-layer weight histograms with the n-bit grid, SQNR per layer")
+    a.add_argument("model", help="a policy ONNX file or a policies.train run directory")
+    a.add_argument("--bits", type=_bits, nargs="+", default=[8, 6, 4, 2])
+    a.add_argument("--out", default=None, help="output folder for the plot and table (default out/analyze/NAME)")
+
+    t = sub.add_parser("qat", help="quantization-aware training (seed's Algorithm 2) of a run's actor")
+    t.add_argument("run_dir")
+    t.add_argument("--bits", type=_bits, required=True)
+    t.add_argument("--delay", type=int, default=50_000, help="env steps of range monitoring before freezing")
+    t.add_argument("--steps", type=int, default=300_000, help="env steps of QAT fine-tuning")
+    t.add_argument("--out", default=None, help="output folder (default RUN_DIR/qat_{bits}bit)")
+    t.add_argument("--episodes", type=int, default=200, help="evaluation episodes after training")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--learning-rate", type=float, default=1e-4)
+    t.add_argument("--threads", type=int, default=2)
+
+    s = sub.add_parser("sweep", help="success rate per bit width x method (the seed's Figure 1)")
+    s.add_argument("run_dir")
+    s.add_argument("--bits", type=_bits, nargs="+", default=[8, 7, 6, 5, 4, 3, 2])
+    s.add_argument("--methods", nargs="+", choices=("ptq", "qat"), default=["ptq"])
+    s.add_argument("--episodes", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--level", default=None)
+    s.add_argument("--qat-steps", type=int, default=300_000)
+    s.add_argument("--qat-delay", type=int, default=50_000)
+    s.add_argument("--out", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "ptq":
+        from quantize.ptq import StaticInt8Options, quantize_file
+
+        opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
+                                 keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method)
+        report = quantize_file(args.model, args.to, args.output, calibration_episodes=args.calibration_episodes,
+                               seed=args.seed, level=args.level, heldout_episodes=args.heldout_episodes, options=opts)
+        print(report.line())
+    elif args.command == "inspect":
+        import json
+
+        from quantize.inspect_model import describe, format_text
+
+        info = describe(args.model)
+        print(json.dumps(info, indent=1) if args.json else format_text(info))
+    elif args.command == "bench":
+        import dataclasses
+        import json
+
+        from quantize.bench import bench, format_table
+
+        rows = bench(args.models, calls=args.calls, cold=args.cold)
+        print(format_table(rows, args.cold))
+        if args.json:
+            from nav_env.render import write_atomic
+
+            write_atomic(args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode())
+    elif args.command == "analyze":
+        from quantize.analyze import run_analyze
+
+        run_analyze(args.model, args.bits, args.out)
+    elif args.command == "qat":
+        from quantize.qat import run_qat_cli
+
+        run_qat_cli(args)
+    elif args.command == "sweep":
+        from quantize.sweep import run_sweep
+
+        run_sweep(args)
+    return 0
