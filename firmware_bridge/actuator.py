@@ -191,6 +191,19 @@ class HoldWatchdog:
             return True
         return False
 
+    def hold_now(self, now_ns: int) -> bool:
+        """Fire the hold immediately if armed (a command is in force); return True if it fired.
+
+        For work that stalls the receive loop (a policy upload): the deadline could not be checked
+        while it runs, so hover first.
+        """
+        if self._deadline_ns is None:
+            return False
+        self._deadline_ns = None
+        self.holds += 1
+        self.actuator.hold(now_ns)
+        return True
+
     def reset(self) -> None:
         self._deadline_ns = None
         self.actuator.reset()

@@ -39,6 +39,16 @@ def build_parser() -> OneLineArgumentParser:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         help=f"largest accepted message, i.e. policy upload (default {DEFAULT_MAX_MESSAGE_BYTES})",
     )
+    parser.add_argument(
+        "--curve-secret",
+        metavar="FILE",
+        help="CurveZMQ: this bridge's key pair (NAME.key_secret from python -m firmware_bridge.keys)",
+    )
+    parser.add_argument(
+        "--curve-clients",
+        metavar="DIR",
+        help="CurveZMQ: directory of allowed client public keys (*.key); others get no answer",
+    )
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     parser.add_argument("--version", action="version", version=f"airq firmware_bridge {__version__}")
     return parser
@@ -55,10 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--bind: {exc}", prog=PROG)
     if args.max_message_bytes < MIN_MESSAGE_BYTES:
         fail(f"--max-message-bytes must be at least {MIN_MESSAGE_BYTES}", prog=PROG)
+    if (args.curve_secret is None) != (args.curve_clients is None):
+        fail("--curve-secret and --curve-clients go together (the bridge's key and who may connect)", prog=PROG)
 
     # Imported after argument checks so `--help` and typos answer instantly (onnxruntime takes ~0.3 s to import).
     import zmq
 
+    from firmware_bridge.keys import KeyFileError, curve_available
     from firmware_bridge.policy import PolicyLoadError, load_policy
     from firmware_bridge.server import BridgeConfig, BridgeServer
 
@@ -84,9 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         hold_timeout_ms=args.hold_timeout_ms,
         max_message_bytes=args.max_message_bytes,
+        curve_secret_file=args.curve_secret,
+        curve_clients_dir=args.curve_clients,
     )
+    if config.authenticated and not curve_available():
+        fail("--curve-secret: this libzmq has no CURVE support", prog=PROG)
     try:
         server = BridgeServer(config, make_actuator(args.actuator))
+    except KeyFileError as exc:
+        fail(str(exc), prog=PROG)
     except zmq.ZMQError as exc:
         fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno or 0)}", prog=PROG)
     if policy is not None:
@@ -94,12 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     server.install_signal_handlers()
     print(f"{READY_PREFIX}{server.endpoint}", flush=True)
     logging.getLogger("firmware_bridge").info(
-        "bridge %s serving on %s (threads=%d, actuator=%s, hold=%d ms)",
+        "bridge %s serving on %s (threads=%d, actuator=%s, hold=%d ms, %s)",
         __version__,
         server.endpoint,
         args.threads,
         args.actuator,
         args.hold_timeout_ms,
+        "CurveZMQ authenticated" if config.authenticated else "UNAUTHENTICATED",
     )
     server.serve_forever()
     return 0

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from firmware_bridge import __version__
 from firmware_bridge.actuator import Actuator, HoldWatchdog
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
+from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
 from firmware_bridge.policy import Policy, load_policy
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -57,6 +59,14 @@ class BridgeConfig:
     threads: int = 1
     hold_timeout_ms: int = 200
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # CurveZMQ: the bridge's own key pair (NAME.key_secret) and a directory of allowed clients'
+    # public keys (*.key). Both or neither; without them the bridge is unauthenticated.
+    curve_secret_file: str | None = None
+    curve_clients_dir: str | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.curve_secret_file is not None
 
     @property
     def poll_timeout_ms(self) -> int:
@@ -111,17 +121,50 @@ class BridgeServer:
             MsgType.RESET: self._on_reset,
         }
         self._context = context or zmq.Context.instance()
+        self.authenticator: ThreadAuthenticator | None = None
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
         self.socket.setsockopt(zmq.RCVTIMEO, config.poll_timeout_ms)
         self.socket.setsockopt(zmq.IPV6, 1)  # tcp://*:5555 then listens on IPv4 and IPv6
         try:
+            if config.authenticated:
+                self._enable_curve()
             self.socket.bind(config.bind)
-        except zmq.ZMQError:
-            self.socket.close()
+        except BaseException:
+            self.close_socket()
             raise
         self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        if not config.authenticated:
+            # Loud on purpose: anyone who can reach this port can upload a policy and fly the vehicle.
+            log.warning(
+                "UNAUTHENTICATED: no --curve-secret/--curve-clients given; ANY peer that reaches %s can "
+                "load policies and command the actuator. Use CurveZMQ keys off the bench "
+                "(python -m firmware_bridge.keys, docs/reliability.md).",
+                self.endpoint,
+            )
+
+    def _enable_curve(self) -> None:
+        """CurveZMQ: encrypt everything and admit only clients whose public key is in curve_clients_dir.
+
+        The ZAP handler (pyzmq's ThreadAuthenticator) runs in a thread of this process and rejects
+        unknown keys during the handshake, so their messages never reach the request loop.
+        """
+        config = self.config
+        if config.curve_clients_dir is None:
+            raise KeyFileError("--curve-secret needs --curve-clients (the directory of allowed client keys)")
+        public, secret = load_key_pair(config.curve_secret_file or "")
+        allowed = allowed_client_keys(config.curve_clients_dir)
+        if not allowed:
+            raise KeyFileError(f"no client keys (*.key) in {config.curve_clients_dir}: nobody could connect")
+        self.authenticator = ThreadAuthenticator(self._context, log=logging.getLogger("firmware_bridge.auth"))
+        self.authenticator.start()
+        self.authenticator.configure_curve(domain="*", location=config.curve_clients_dir)
+        self.socket.curve_secretkey = secret
+        self.socket.curve_publickey = public
+        self.socket.curve_server = True
+        log.info("CurveZMQ on: bridge key %s, %d allowed client key(s) from %s",
+                 public.decode(), len(allowed), config.curve_clients_dir)
 
     # ------------------------------------------------------------------ loop
 
@@ -171,13 +214,19 @@ class BridgeServer:
             self.close()
         log.info("stopped after %d requests", counters.requests)
 
-    def close(self) -> None:
+    def close_socket(self) -> None:
         self.socket.close(linger=0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
+            self.authenticator = None
+
+    def close(self) -> None:
+        self.close_socket()
         self.actuator.close()
 
-    def _on_hold(self) -> None:
+    def _on_hold(self, reason: str = "") -> None:
         self.counters.episode_holds += 1
-        log.warning("no act for %d ms: actuator holding (hover)", self.config.hold_timeout_ms)
+        log.warning("%s: actuator holding (hover)", reason or f"no act for {self.config.hold_timeout_ms} ms")
 
     # ------------------------------------------------------------------ dispatch
 
@@ -281,6 +330,10 @@ class BridgeServer:
         name = message.get("name") or ""
         if type(name) is not str:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'name' must be a string")
+        # Loading blocks this loop (and so the watchdog) for as long as onnxruntime takes: hover
+        # now rather than let the last setpoint fly on unwatched.
+        if self.watchdog.hold_now(time.monotonic_ns()):
+            self._on_hold("policy upload")
         # On any failure load_policy raises and self.policy is untouched: the previous policy keeps flying.
         policy = load_policy(
             onnx_bytes,

@@ -10,6 +10,16 @@ ZeroMQ socket inside it.
 Retried requests may execute twice on the bridge. That is harmless for every
 message type: act/load_policy/status/hello are idempotent for the same input,
 and a doubled reset only starts one more (empty) episode.
+
+Inside the control loop :meth:`BridgeClient.act_within` is used instead: one
+attempt with a hard deadline (the control period), ``None`` on a miss, no
+retry - a late action is a wrong action; the loop applies its fail-safe and
+sends the *next* observation. The socket is ZMQ_IMMEDIATE, so while the bridge
+is down requests are refused at once instead of queueing up and being replayed
+as a burst of stale acts when it comes back.
+
+With a :class:`~firmware_bridge.keys.ClientCurve` the connection is CurveZMQ:
+encrypted, and only completed if the bridge proves it holds the expected key.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from firmware_bridge.keys import ClientCurve
 from firmware_bridge.protocol import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
@@ -136,6 +147,7 @@ class BridgeClient:
         load_timeout_s: float = 30.0,
         resolve_timeout_s: float = 2.0,
         context: zmq.Context | None = None,
+        curve: ClientCurve | None = None,
     ) -> None:
         if timeout_s <= 0 or load_timeout_s <= 0 or retries < 0:
             raise ValueError("timeouts must be positive and retries >= 0")
@@ -152,16 +164,24 @@ class BridgeClient:
             ) from None
         self.endpoint = endpoint
         self.timeout_s = timeout_s
-        self.retries = retries
+        self.retries_per_request = retries
         self.load_timeout_s = load_timeout_s
+        self.curve = curve
         self.hello_reply: dict[str, Any] | None = None
         self._seq = 0
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
-        # Connection state of the current socket, from its monitor; only read to explain a timeout.
+        # Connection state of the current socket, from its monitor; read to explain a timeout.
         self._connected = False
         self._connect_refused = False
+        self._handshake_failed = False
+        # Reliability counters, reported by hil.run.
+        self.connections = 0  # TCP connections made, over all sockets: a change means "maybe a new bridge"
+        self.disconnects = 0
+        self.retries = 0  # requests re-sent after a timeout (Lazy Pirate)
+        self.reconnects = 0  # sockets closed and reopened
+        self.stale_replies = 0  # late replies to earlier requests, discarded by seq
         self._open()
 
     # ------------------------------------------------------------------ socket lifecycle
@@ -172,14 +192,34 @@ class BridgeClient:
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         sock.setsockopt(zmq.IPV6, 1)  # so tcp://[::1]:5555 and AAAA-only names work too
-        # The monitor only tells us, on timeout, *why* there was no reply (refused vs silent).
+        # Queue only on finished connections: nothing piles up while the bridge is away.
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        if self.curve is not None:
+            self.curve.apply(sock)
+        # The monitor tells us *why* there was no reply (refused, silent, handshake failed) and
+        # when the connection changed (a restarted bridge may have lost the policy).
         self._monitor = sock.get_monitor_socket(
-            zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_DISCONNECTED
+            zmq.EVENT_CONNECTED
+            | zmq.EVENT_CONNECT_RETRIED
+            | zmq.EVENT_DISCONNECTED
+            | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
         )
         self._connected = False
         self._connect_refused = False
+        self._handshake_failed = False
         sock.connect(self.endpoint)
         self._socket = sock
+
+    def reconnect(self) -> None:
+        """Lazy Pirate's remedy: drop the socket (and whatever it had queued) and connect afresh."""
+        if self._socket is None:
+            raise BridgeError(self.endpoint, f"client for {self.endpoint} is closed")
+        self._drain_monitor()
+        self._close_socket()
+        self._open()
+        self.reconnects += 1
 
     def _close_socket(self) -> None:
         if self._socket is not None:
@@ -195,10 +235,25 @@ class BridgeClient:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECTED:
                 self._connected, self._connect_refused = True, False
+                self.connections += 1
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = False
+                self.disconnects += 1
             elif event == zmq.EVENT_CONNECT_RETRIED:
                 self._connect_refused = True
+            else:  # one of the handshake failures
+                self._handshake_failed = True
+
+    @property
+    def connected(self) -> bool:
+        """Whether the current socket has a TCP connection (as far as its monitor has said)."""
+        self._drain_monitor()
+        return self._connected
+
+    def connection_count(self) -> int:
+        """TCP connections made so far; if it changed since the policy was verified, verify again."""
+        self._drain_monitor()
+        return self.connections
 
     def close(self) -> None:
         self._close_socket()
@@ -217,40 +272,64 @@ class BridgeClient:
         self._seq += 1
         return self._seq
 
+    def _send_by(self, payload: bytes, deadline_ns: int) -> bool:
+        """Send once a connection can take it; False if none could before the deadline.
+
+        With ZMQ_IMMEDIATE a DEALER has no pipe until a connection is up, so a send right after
+        connect() (or while the bridge is down) raises Again; POLLOUT says when one is ready.
+        """
+        sock = self._socket
+        assert sock is not None
+        while True:
+            try:
+                # Empty first frame: the REQ-style envelope.
+                sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                remaining_ms = (deadline_ns - time.perf_counter_ns()) // 1_000_000
+                if remaining_ms <= 0 or not sock.poll(remaining_ms, zmq.POLLOUT):
+                    return False
+
+    def _reply_by(self, seq: int, sent_ns: int, deadline_ns: int) -> tuple[dict[str, Any], int] | None:
+        """The reply to ``seq`` if it arrives before the deadline; stale replies are dropped."""
+        sock = self._socket
+        assert sock is not None
+        while (remaining_ns := deadline_ns - time.perf_counter_ns()) > 0:
+            if not sock.poll(max(1, remaining_ns // 1_000_000)):
+                continue
+            frames = sock.recv_multipart()
+            rtt_ns = time.perf_counter_ns() - sent_ns
+            try:
+                reply = unpack(frames[-1])
+            except ProtocolError as exc:
+                raise BridgeProtocolError(
+                    self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}"
+                ) from None
+            reply_seq = reply.get("seq")
+            # seq None = the bridge could not read our seq; with one request in flight it is ours.
+            if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
+                return reply, rtt_ns
+            self.stale_replies += 1  # a late reply to an earlier request; keep waiting for ours
+        return None
+
     def _roundtrip(self, msg_type: str, seq: int, payload: bytes, timeout_s: float) -> tuple[dict[str, Any], int]:
         """Lazy Pirate: (reply, round-trip ns of the answered attempt) or BridgeUnreachable."""
         if self._socket is None:
             raise BridgeError(self.endpoint, f"client for {self.endpoint} is closed")
-        attempts = 1 + self.retries
+        attempts = 1 + self.retries_per_request
         for attempt in range(attempts):
-            sock = self._socket
+            if attempt:
+                self.retries += 1
             sent_ns = time.perf_counter_ns()
-            # Empty first frame: the REQ-style envelope. Again = no pipe yet; the wait below then
-            # times out exactly like a lost request.
-            with contextlib.suppress(zmq.Again):
-                sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)
             deadline_ns = sent_ns + int(timeout_s * 1e9)
-            while (remaining_ns := deadline_ns - time.perf_counter_ns()) > 0:
-                if not sock.poll(max(1, remaining_ns // 1_000_000)):
-                    continue
-                frames = sock.recv_multipart()
-                rtt_ns = time.perf_counter_ns() - sent_ns
-                try:
-                    reply = unpack(frames[-1])
-                except ProtocolError as exc:
-                    raise BridgeProtocolError(
-                        self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}"
-                    ) from None
-                reply_seq = reply.get("seq")
-                # seq None = the bridge could not read our seq; with one request in flight it is ours.
-                if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
-                    return reply, rtt_ns
-                # else: a late reply to an earlier request; drop it and keep waiting.
+            if self._send_by(payload, deadline_ns):
+                answered = self._reply_by(seq, sent_ns, deadline_ns)
+                if answered is not None:
+                    return answered
             self._drain_monitor()
             if attempt + 1 < attempts:
                 # A fresh socket drops requests queued on a dead connection (Lazy Pirate).
-                self._close_socket()
-                self._open()
+                self.reconnect()
         self._drain_monitor()
         raise BridgeUnreachable(
             self.endpoint,
@@ -259,6 +338,11 @@ class BridgeClient:
         )
 
     def _why_no_reply(self) -> str:
+        if self._handshake_failed or (self.curve is not None and self._connected):
+            return (
+                "CurveZMQ handshake did not complete (the bridge's key is not the one given, this host's key "
+                "is not among the bridge's allowed clients, or the bridge runs without keys)"
+            )
         if self._connected:
             return "TCP connection was made but the bridge did not answer (busy, or not an airq bridge?)"
         if self._connect_refused:
@@ -289,6 +373,16 @@ class BridgeClient:
             )
         self.hello_reply = reply
         return reply
+
+    def reliability_counters(self) -> dict[str, int]:
+        self._drain_monitor()
+        return {
+            "retries": self.retries,
+            "reconnects": self.reconnects,
+            "stale_replies": self.stale_replies,
+            "connections": self.connections,
+            "disconnects": self.disconnects,
+        }
 
     def load_policy(self, path_or_bytes: str | Path | bytes, name: str | None = None) -> dict[str, Any]:
         """Upload an ONNX policy; returns its summary (sha256, obs_dim, action space, load time...)."""
@@ -323,6 +417,9 @@ class BridgeClient:
             {"v": PROTOCOL_VERSION, "type": MsgType.ACT, "seq": seq, "obs": data, "shape": shape, "dtype": "<f4"}
         )
         reply, rtt_ns = self._roundtrip(MsgType.ACT, seq, payload, self.timeout_s)
+        return self._act_result(reply, rtt_ns, seq)
+
+    def _act_result(self, reply: dict[str, Any], rtt_ns: int, seq: int) -> ActResult:
         if reply.get("type") != MsgType.ACT:
             if reply.get("type") == MsgType.ERROR:
                 raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), MsgType.ACT)
@@ -339,6 +436,29 @@ class BridgeClient:
             send_ns=reply["send_ns"],
             logits=decode_float32_bytes(reply.get("logits")),
         )
+
+    def act_within(self, obs: np.ndarray, timeout_s: float) -> ActResult | None:
+        """One act with a hard deadline and no retry: the result, or None if it missed.
+
+        For the control loop: a missed act is not retried (its observation is already old);
+        its reply, should it still come, is discarded by seq at the next call. Error replies
+        still raise BridgeRefused (e.g. NO_POLICY from a restarted bridge).
+        """
+        if self._socket is None:
+            raise BridgeError(self.endpoint, f"client for {self.endpoint} is closed")
+        data, shape = encode_observation(obs)
+        seq = self._next_seq()
+        payload = pack(
+            {"v": PROTOCOL_VERSION, "type": MsgType.ACT, "seq": seq, "obs": data, "shape": shape, "dtype": "<f4"}
+        )
+        sent_ns = time.perf_counter_ns()
+        deadline_ns = sent_ns + int(timeout_s * 1e9)
+        if not self._send_by(payload, deadline_ns):
+            return None
+        answered = self._reply_by(seq, sent_ns, deadline_ns)
+        if answered is None:
+            return None
+        return self._act_result(answered[0], answered[1], seq)
 
     def status(self) -> dict[str, Any]:
         """Memory, CPU, counters, actuator statistics."""

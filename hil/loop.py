@@ -1,21 +1,242 @@
 """The closed loop for one policy: env observation -> bridge -> action -> env, episode after episode.
 
 Episode ``j`` is ``reset(seed=seed + j)``, so every policy meets the same episodes.
+
+Failing safe (PX4's offboard rule, host side): every act has a deadline derived from the control
+period. When the reply is not back in time the simulated vehicle gets the fail-safe action (hover)
+for that step, the miss is counted, and the loop goes on with the next observation - a late action
+is never applied. A streak of misses that loses the connection or lasts ``outage_after_s`` is an
+*outage*: it is logged, the socket is reopened (Lazy Pirate), a supervisor may restart a dead local
+bridge, and once the bridge answers again the policy is verified by sha256 and re-uploaded if the
+bridge lost it. Episodes that lived through an outage are marked.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
-from hil.client import BridgeClient
-from nav_env.config import NavConfig
+from firmware_bridge.protocol import ErrorCode, sha256_hex
+from hil.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
+from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
+from nav_env.config import NavConfig
 from nav_env.rollout import EpisodeResult
 
 STATUS_PERIOD_S = 0.5  # how often device memory is sampled during a run
+DEADLINE_FRACTION = 0.8  # of the control period: the rest is for stepping the simulator
+OUTAGE_AFTER_S = 0.5  # a miss streak this long is an outage even if the connection looks up
+MAX_OUTAGE_S = 60.0  # give up (the log stays valid; --resume continues) after this long without a bridge
+
+Event = dict[str, Any]
+
+
+class LinkLost(BridgeError):
+    """The bridge stayed unreachable for longer than the run's max outage."""
+
+
+class Supervisor(Protocol):
+    """Restarts a local bridge that died (hil.run --sim-only); a remote device has none."""
+
+    def check(self) -> Event | None:
+        """Called on every miss: restart the bridge if it is dead; return an event if anything happened."""
+
+
+def failsafe_action(cfg: NavConfig) -> int | np.ndarray:
+    """Hover: zero velocity and yaw rate, the same hold the device's watchdog commands."""
+    return HOVER_ACTION if cfg.task.action_type == "discrete" else np.zeros(4, dtype=np.float32)
+
+
+def default_deadline_s(cfg: NavConfig, rate_hz: float | None) -> float:
+    """The act deadline: a fraction of the control period (--rate-hz, else the simulator's dt)."""
+    period_s = 1.0 / rate_hz if rate_hz else cfg.vehicle.dt
+    return DEADLINE_FRACTION * period_s
+
+
+@dataclass
+class PolicyUpload:
+    """What must be loaded on the bridge, kept so a restarted bridge can get it again."""
+
+    onnx: bytes
+    name: str
+
+    @property
+    def sha256(self) -> str:
+        return sha256_hex(self.onnx)
+
+
+@dataclass
+class LinkStats:
+    deadline_misses: int = 0
+    outages: int = 0
+    outage_s: float = 0.0
+    policy_uploads: int = 0  # re-uploads after the bridge lost the policy
+    policy_verifications: int = 0
+    bridge_restarts: int = 0
+
+
+class ControlLink:
+    """Deadline-bound acts with fail-safe bookkeeping, outage detection and policy recovery."""
+
+    def __init__(
+        self,
+        client: BridgeClient,
+        deadline_s: float,
+        policy: PolicyUpload | None = None,
+        *,
+        supervisor: Supervisor | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        outage_after_s: float = OUTAGE_AFTER_S,
+        max_outage_s: float = MAX_OUTAGE_S,
+    ) -> None:
+        self.client = client
+        self.deadline_s = deadline_s
+        self.policy = policy
+        self.supervisor = supervisor
+        self.on_event = on_event
+        self.outage_after_s = outage_after_s
+        self.max_outage_s = max_outage_s
+        self.stats = LinkStats()
+        self.context: dict[str, Any] = {}  # policy/episode/step, stamped on every event
+        self._verified_connections = client.connection_count()
+        self._must_verify = False
+        self._last_reply = time.monotonic()
+        self._streak_start: float | None = None  # monotonic time of the first fail-safe of a miss streak
+        self._streak_misses = 0
+        self._in_outage = False
+        self._last_reconnect = 0.0
+        self.episode_outage = False  # set when an outage touches the current episode
+
+    # ------------------------------------------------------------------ events
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"kind": "event", "event": event, "t_mono": time.monotonic(), "t_wall": time.time(),
+                  **self.context, **fields}
+        if self.on_event:
+            self.on_event(record)
+
+    # ------------------------------------------------------------------ acting
+
+    def act(self, obs: np.ndarray) -> ActResult | None:
+        """The device's action for ``obs``, or None: apply the fail-safe for this step."""
+        start = time.monotonic()
+        deadline = start + self.deadline_s
+        try:
+            if self._needs_verify() and not self._verify(deadline):
+                return self._miss(deadline, "policy not verified")
+            result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
+        except BridgeRefused as exc:
+            if exc.code != ErrorCode.NO_POLICY:
+                raise  # a bad observation or policy is a bug to report, not a network fault
+            self._must_verify = True  # a restarted bridge without our policy
+            return self._miss(deadline, "bridge has no policy")
+        except BridgeUnreachable:
+            return self._miss(deadline, "verification timed out")
+        if result is None:
+            return self._miss(deadline, "no reply by the deadline")
+        self._on_reply()
+        return result
+
+    def _needs_verify(self) -> bool:
+        return self.policy is not None and (
+            self._must_verify or self.client.connection_count() != self._verified_connections
+        )
+
+    def _verify(self, deadline: float) -> bool:
+        """On a new connection: is our policy (by sha256) loaded? Upload it if not."""
+        assert self.policy is not None
+        connections = self.client.connection_count()
+        hello = self.client.hello()  # Lazy Pirate with the client's timeout: the link is up by now
+        self.stats.policy_verifications += 1
+        loaded = (hello.get("policy") or {}).get("sha256")
+        if loaded != self.policy.sha256:
+            self._upload(reason="bridge lost the policy" if loaded is None else f"bridge runs another policy {loaded}")
+        self._verified_connections = connections
+        self._must_verify = False
+        return time.monotonic() < deadline
+
+    def _upload(self, reason: str) -> None:
+        assert self.policy is not None
+        reply = self.client.load_policy(self.policy.onnx, name=self.policy.name)
+        if reply.get("sha256") != self.policy.sha256:
+            raise BridgeError(self.client.endpoint, f"bridge loaded sha256 {reply.get('sha256')}, sent {self.policy.sha256}")
+        self.stats.policy_uploads += 1
+        self.episode_outage = True  # the bridge restarted under this episode
+        self.emit("policy_reuploaded", reason=reason, sha256=self.policy.sha256)
+
+    def _miss(self, deadline: float, why: str) -> None:
+        now = time.monotonic()
+        if now < deadline:
+            time.sleep(deadline - now)  # a miss still takes its control period: no racing ahead while down
+        now = max(now, deadline)
+        self.stats.deadline_misses += 1
+        self._streak_misses += 1
+        if self._streak_start is None:
+            self._streak_start = now
+            self.emit("failsafe", why=why, since_last_reply_s=now - self._last_reply)
+        event = self.supervisor.check() if self.supervisor else None
+        if event:
+            self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
+            self.emit(**event)
+        lost = event is not None or not self.client.connected or now - self._streak_start >= self.outage_after_s
+        if lost and not self._in_outage:
+            self._in_outage = True
+            self.episode_outage = True
+            self.stats.outages += 1
+            self.emit("outage_start", why=why, first_failsafe_mono=self._streak_start, last_reply_mono=self._last_reply)
+        if self._in_outage and now - self._last_reconnect >= max(self.outage_after_s, self.client.timeout_s):
+            self.client.reconnect()  # Lazy Pirate: a fresh socket, nothing stale queued on it
+            self._last_reconnect = now
+        if now - self._last_reply > self.max_outage_s:
+            raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for "
+                           f"{now - self._last_reply:.0f} s (limit {self.max_outage_s:g} s); finished episodes are in the log")
+        return None
+
+    def _on_reply(self) -> None:
+        now = time.monotonic()
+        if self._streak_start is not None:
+            if self._in_outage:
+                self.stats.outage_s += now - self._streak_start
+                self.emit("outage_end", duration_s=now - self._streak_start, misses=self._streak_misses)
+            if self._streak_misses:
+                self.emit("failsafe_released", misses=self._streak_misses, duration_s=now - self._streak_start)
+        self._streak_start, self._streak_misses, self._in_outage = None, 0, False
+        self._last_reply = now
+
+    # ------------------------------------------------------------------ between episodes
+
+    def call(self, what: str, request: Callable[[], Any]) -> Any:
+        """A non-act request (reset, status) that survives an outage: retried until max_outage_s."""
+        started = time.monotonic()
+        while True:
+            try:
+                if self._needs_verify():
+                    self._verify(time.monotonic() + self.client.timeout_s)
+                reply = request()
+                self._on_reply()
+                return reply
+            except BridgeUnreachable:
+                if time.monotonic() - started > self.max_outage_s:
+                    raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for "
+                                   f"{self.max_outage_s:g} s during {what}; finished episodes are in the log") from None
+                if self._streak_start is None:
+                    self._streak_start = time.monotonic()
+                if not self._in_outage:
+                    self._in_outage = True
+                    self.stats.outages += 1
+                    self.emit("outage_start", why=f"{what} unanswered", first_failsafe_mono=None,
+                              last_reply_mono=self._last_reply)
+                event = self.supervisor.check() if self.supervisor else None
+                if event:
+                    self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
+                    self.emit(**event)
+            except BridgeRefused as exc:
+                if exc.code != ErrorCode.NO_POLICY or self.policy is None:
+                    raise
+                self._must_verify = True
 
 
 @dataclass
@@ -23,54 +244,72 @@ class LoopRecord:
     """Everything measured in one policy's run."""
 
     episodes: list[EpisodeResult] = field(default_factory=list)
+    episode_rows: list[dict[str, Any]] = field(default_factory=list)  # EpisodeResult + reliability fields
     rtt_ns: list[int] = field(default_factory=list)
     infer_ns: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
     loop_s: float = 0.0  # wall time of the flying (first act to last env step of each episode)
-    deadline_misses: int = 0
+    deadline_misses: int = 0  # acts without a reply by their deadline: fail-safe applied instead
+    overruns: int = 0  # paced steps that started late (the loop itself was too slow)
     memory: list[tuple[float, int, int]] = field(default_factory=list)  # (t since start, rss, peak)
     trajectories: dict[int, np.ndarray] = field(default_factory=dict)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
     status_start: dict = field(default_factory=dict)
     status_end: dict = field(default_factory=dict)
+    link: LinkStats = field(default_factory=LinkStats)
+    client_counters: dict[str, int] = field(default_factory=dict)
 
 
 def run_closed_loop(
     client: BridgeClient,
     cfg: NavConfig,
-    episodes: int,
+    episodes: int | Sequence[int],
     seed: int,
     rate_hz: float | None = None,
     keep_trajectories: int = 3,
     on_episode: Callable[[EpisodeResult, LoopRecord], None] | None = None,
     env=None,
+    *,
+    link: ControlLink | None = None,
+    deadline_s: float | None = None,
 ) -> LoopRecord:
-    """Fly ``episodes`` seeded episodes; ``env`` defaults to the embedded simulator for ``cfg``."""
+    """Fly seeded episodes (a count, or the episode indices to fly); ``env`` defaults to the embedded
+    simulator for ``cfg``. ``link`` brings fail-safe recovery (policy re-upload, supervisor, events);
+    without one a plain link with the default deadline is used."""
     env = env if env is not None else make_env(cfg, render_mode="rgb_array")
-    rec = LoopRecord()
+    link = link or ControlLink(client, deadline_s or default_deadline_s(cfg, rate_hz))
+    indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
+    hover = failsafe_action(cfg)
+    rec = LoopRecord(link=link.stats)
     period_ns = int(1e9 / rate_hz) if rate_hz else 0
     t_start = time.perf_counter()
-    rec.status_start = client.status()
+    rec.status_start = link.call("status", client.status)
     next_status = t_start + STATUS_PERIOD_S
     _sample_memory(rec, rec.status_start, t_start)
-    for j in range(episodes):
+    for n, j in enumerate(indices):
         obs, info = env.reset(seed=seed + j)
-        client.reset()
-        ret, done = 0.0, False
+        link.context.update(episode=j, step=0)
+        link.call("reset", client.reset)
+        link.episode_outage = False
+        misses_before = link.stats.deadline_misses
+        ret, done, steps = 0.0, False, 0
         t_ep = time.perf_counter_ns()
         deadline = t_ep + period_ns
         while not done:
-            result = client.act(obs)
-            obs, reward, terminated, truncated, info = env.step(result.action)
+            link.context["step"] = steps
+            result = link.act(obs)
+            obs, reward, terminated, truncated, info = env.step(hover if result is None else result.action)
+            steps += 1
             ret += reward
             done = terminated or truncated
-            rec.rtt_ns.append(result.rtt_ns)
-            rec.infer_ns.append(result.infer_ns)
-            rec.seqs.append(result.seq)
+            if result is not None:
+                rec.rtt_ns.append(result.rtt_ns)
+                rec.infer_ns.append(result.infer_ns)
+                rec.seqs.append(result.seq)
             if period_ns:
                 now = time.perf_counter_ns()
                 if now > deadline:
-                    rec.deadline_misses += 1
+                    rec.overruns += 1
                     deadline = now + period_ns  # re-phase after an overrun instead of bursting to catch up
                 else:
                     _sleep_until(deadline)
@@ -82,19 +321,23 @@ def run_closed_loop(
             path_length=info["path_length"], start_distance=info["start_distance"],
             straight_distance=info["start_distance"] - cfg.task.success_radius,
         )
+        misses = link.stats.deadline_misses - misses_before
         rec.episodes.append(ep)
-        if j < keep_trajectories and hasattr(env, "trajectory"):
+        rec.episode_rows.append({"failsafe_steps": misses, "spans_outage": link.episode_outage})
+        rec.deadline_misses = link.stats.deadline_misses
+        if n < keep_trajectories and hasattr(env, "trajectory"):
             rec.trajectories[j] = np.array(env.trajectory)
             frame = env.render()
             if frame is not None:
                 rec.frames[j] = frame
         now = time.perf_counter()
-        if now >= next_status or j == episodes - 1:
-            _sample_memory(rec, client.status(), t_start)
+        if now >= next_status or n == len(indices) - 1:
+            _sample_memory(rec, link.call("status", client.status), t_start)
             next_status = now + STATUS_PERIOD_S
         if on_episode:
             on_episode(ep, rec)
-    rec.status_end = client.status()
+    rec.status_end = link.call("status", client.status)
+    rec.client_counters = client.reliability_counters()
     return rec
 
 

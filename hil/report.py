@@ -1,7 +1,16 @@
-"""Summaries of closed-loop runs, the side-by-side table, JSON and plots."""
+"""Summaries of closed-loop runs, the side-by-side table, JSON and plots, and the run log.
+
+The run log (``run.jsonl`` in the output directory) is what makes results survive anything: one
+JSON object per line - a ``run`` header, every ``episode`` as soon as it ends, and ``event``s
+(fail-safes, outages, bridge restarts) - appended with write() + fsync(), so a run killed at
+any instant leaves every finished episode on disk. A line torn by the kill is the last one; the
+reader ignores it and ``--resume`` cuts it off before appending.
+"""
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +18,7 @@ import numpy as np
 
 from hil.loop import LoopRecord
 from nav_env.render import save_png, write_atomic
-from nav_env.rollout import as_rows, summarize
+from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
 
 
@@ -21,8 +30,82 @@ def percentiles_us(ns: list[int]) -> dict[str, float]:
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
 
 
-def summarize_run(name: str, rec: LoopRecord, load: dict[str, Any]) -> dict[str, Any]:
-    steps = len(rec.rtt_ns)
+RUN_LOG = "run.jsonl"
+RUN_LOG_VERSION = 1
+
+
+class RunLog:
+    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, record: dict[str, Any], durable: bool = True) -> None:
+        # One write() per line: O_APPEND makes it land whole at the end, never interleaved.
+        os.write(self._fd, (json.dumps(record, default=_jsonable) + "\n").encode())
+        if durable:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def read_run_log(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(records, bytes of whole valid lines). Stops at the first torn or unreadable line."""
+    data = path.read_bytes()
+    records, good = [], 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break  # torn by a kill mid-write
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(record, dict):
+            break
+        records.append(record)
+        good += len(line)
+    return records, good
+
+
+def repair_run_log(path: Path) -> list[dict[str, Any]]:
+    """Drop a torn last line (if any) so appends start on a clean line; return the records."""
+    records, good = read_run_log(path)
+    if good != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good)
+            os.fsync(f.fileno())
+    return records
+
+
+def episode_row(ep: EpisodeResult, extra: dict[str, Any]) -> dict[str, Any]:
+    return asdict(ep) | extra
+
+
+def summarize_run(
+    name: str, rec: LoopRecord, load: dict[str, Any], prior_rows: list[dict[str, Any]] | None = None,
+    deadline_s: float | None = None,
+) -> dict[str, Any]:
+    """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log);
+    latency figures cover this session's acts only."""
+    rows = sorted((prior_rows or []) + [episode_row(ep, extra) for ep, extra in zip(rec.episodes, rec.episode_rows or [{}] * len(rec.episodes))],
+                  key=lambda r: r["episode"])
+    episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__}) for r in rows]
+    acts = len(rec.rtt_ns)
+    steps = sum(e.steps for e in episodes)
     overhead = [r - i for r, i in zip(rec.rtt_ns, rec.infer_ns)]
     end = rec.status_end
     peaks = [m[2] for m in rec.memory] + [int(end.get("peak_rss_bytes") or 0)]
@@ -33,13 +116,26 @@ def summarize_run(name: str, rec: LoopRecord, load: dict[str, Any]) -> dict[str,
         "model_bytes": load.get("size_bytes"),
         "obs_dim": load.get("obs_dim"),
         "load_ms": load.get("load_ms"),
-        "outcomes": summarize(rec.episodes),
+        "outcomes": summarize(episodes),
         "steps": steps,
-        "actuation_hz": steps / rec.loop_s if rec.loop_s else 0.0,
+        "acts": acts,
+        "actuation_hz": acts / rec.loop_s if rec.loop_s else 0.0,
         "round_trip_us": percentiles_us(rec.rtt_ns),
         "device_inference_us": percentiles_us(rec.infer_ns),
         "overhead_us": percentiles_us(overhead),
         "deadline_misses": rec.deadline_misses,
+        "overruns": rec.overruns,
+        "reliability": {
+            "deadline_ms": deadline_s * 1e3 if deadline_s else None,
+            "deadline_misses": rec.deadline_misses,
+            "failsafe_steps": sum(int(r.get("failsafe_steps") or 0) for r in rows),
+            "outages": rec.link.outages,
+            "outage_s": round(rec.link.outage_s, 3),
+            "policy_reuploads": rec.link.policy_uploads,
+            "bridge_restarts": rec.link.bridge_restarts,
+            "episodes_spanning_outage": [r["episode"] for r in rows if r.get("spans_outage")],
+            **rec.client_counters,
+        },
         "device_memory": {
             "rss_bytes": int(end.get("rss_bytes") or 0),
             "peak_rss_bytes": max(peaks),
@@ -47,8 +143,8 @@ def summarize_run(name: str, rec: LoopRecord, load: dict[str, Any]) -> dict[str,
             "samples": [[round(t, 4), rss, peak] for t, rss, peak in rec.memory],
         },
         "device_counters": {"acts": (end.get("counters") or {}).get("acts"), "errors": (end.get("counters") or {}).get("errors")},
-        "act_seq_increasing": bool(steps < 2 or np.all(np.diff(seqs) > 0)),
-        "episodes": as_rows(rec.episodes),
+        "act_seq_increasing": bool(acts < 2 or np.all(np.diff(seqs) > 0)),
+        "episodes": rows,
     }
 
 
@@ -77,7 +173,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
     head = (f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
-            f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}")
+            f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}")
     lines = [head, "-" * len(head)]
     for r in runs:
         o, m = r["outcomes"], r["device_memory"]
@@ -86,9 +182,20 @@ def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) 
             f"{_short(r['policy']):<28}{o['success_rate']:>9.1%}{f'{lo:.0%}-{hi:.0%}':>14}{o['collision_rate']:>7.1%}{o['timeout_rate']:>6.1%}"
             f"{r['actuation_hz']:>9,.0f}{r['round_trip_us']['p50']:>9.0f}{r['round_trip_us']['p95']:>8.0f}{r['round_trip_us']['p99']:>8.0f}"
             f"{r['device_inference_us']['p50']:>10.1f}{r['device_inference_us']['p99']:>8.1f}{r['overhead_us']['p50']:>9.0f}"
-            f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}"
+            f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}{r['reliability']['outages']:>8}"
         )
-    lines.append("latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference")
+    lines.append("latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference; "
+                 "misses = acts past their deadline (hover applied instead)")
+    for r in runs:
+        rel = r["reliability"]
+        if rel["deadline_misses"] or rel["outages"] or rel.get("retries") or rel.get("reconnects"):
+            lines.append(
+                f"{_short(r['policy'])}: {rel['deadline_misses']} deadline misses (deadline {rel['deadline_ms'] or 0:.0f} ms), "
+                f"{rel['outages']} outage(s) {rel['outage_s']:.2f} s, {rel.get('retries', 0)} retries, "
+                f"{rel.get('reconnects', 0)} reconnects, {rel.get('stale_replies', 0)} stale replies dropped, "
+                f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s); "
+                f"episodes spanning an outage: {rel['episodes_spanning_outage'] or 'none'}"
+            )
     for c in comparisons:
         d = c["success_difference"]
         diff = f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})" if d else "success: episodes differ"

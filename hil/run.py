@@ -2,27 +2,46 @@
 
     python -m hil.run --policy policy3_int8.onnx --host raspberrypi.local [--port 5555]
     python -m hil.run --policy models/policy1_fp32.onnx --policy models/policy1_int8.onnx --sim-only
+    python -m hil.run --resume out/hil        # continue an interrupted run where it stopped
 
 The host flies the embedded simulator; every observation goes to the bridge (firmware_bridge) over
 ZeroMQ, the device's action comes back and is applied. With --sim-only the bridge is started here as
 a separate process with mock flight-controller hardware, optionally under a Pi-like resource profile
 (configs/hil/profiles.toml). Every policy meets the same seeded episodes, so results pair up.
+
+Every act has a deadline (--deadline-ms, default 80% of the control period); a miss flies the
+fail-safe (hover) for that step. Episodes go to OUT/run.jsonl (fsync'd) as they end, so an
+interrupted run loses nothing finished and --resume continues it; see docs/reliability.md.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
+from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
+from firmware_bridge.protocol import sha256_hex
 from hil.client import BridgeClient, BridgeError
-from hil.loop import LoopRecord, run_closed_loop
+from hil.loop import MAX_OUTAGE_S, ControlLink, Event, LoopRecord, PolicyUpload, default_deadline_s, run_closed_loop
 from hil.profiles import DeviceProfile, ProfileError, get_profile
-from hil.report import compare, format_table, summarize_run, write_report
+from hil.report import (
+    RUN_LOG,
+    RUN_LOG_VERSION,
+    RunLog,
+    compare,
+    format_table,
+    read_run_log,
+    repair_run_log,
+    summarize_run,
+    write_report,
+)
 from nav_env.backends import BACKENDS, make_env
-from nav_env.config import ConfigError, NavConfig, load_level
+from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
 
 USAGE_EXIT, FAILURE_EXIT = 2, 1
 
@@ -44,8 +63,14 @@ class RunArgs:
     airsim_port: int = 41451
     device_arch: str = "native"  # --sim-only: native, or aarch64 (the bridge under qemu emulation)
     timeout_s: float = 1.0  # per request, before a retry
+    deadline_ms: float | None = None  # per act; default: 80% of the control period
+    max_outage_s: float = MAX_OUTAGE_S  # give up after this long without the bridge
+    max_steps: int | None = None  # override the level's episode length
+    bridge_key: str | None = None  # CurveZMQ: the bridge's public key file (NAME.key)
+    client_key: str | None = None  # CurveZMQ: this host's key pair file (NAME.key_secret)
     out: str = "out/hil"
     quiet: bool = False
+    resume: bool = False  # continuing the run logged in ``out``
 
 
 class UserError(Exception):
@@ -71,9 +96,40 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--device-arch", choices=("native", "aarch64"), default="native",
                    help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=1.0, help="seconds per request before a retry")
+    p.add_argument("--deadline-ms", type=float, help="act deadline; a miss flies hover for that step "
+                   "(default: 80%% of the control period, --rate-hz or the simulator's dt)")
+    p.add_argument("--max-outage-s", type=float, default=MAX_OUTAGE_S, help="give up after this long without the bridge")
+    p.add_argument("--max-steps", type=int, help="episode length limit (default: the level's task.max_steps)")
+    p.add_argument("--bridge-key", metavar="FILE", help="CurveZMQ: the bridge's public key (bridge.key); with --client-key")
+    p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this host's key pair (host.key_secret)")
     p.add_argument("--out", default="out/hil")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return RunArgs(**vars(p.parse_args(argv)))
+
+
+def parse_resume_args(argv: list[str]) -> RunArgs:
+    """``--resume DIR [--quiet]``: everything else comes from DIR/run.jsonl's header."""
+    p = argparse.ArgumentParser(prog="python -m hil.run --resume", description="Continue an interrupted run.")
+    p.add_argument("--resume", required=True, metavar="DIR", help="output directory of the interrupted run")
+    p.add_argument("--quiet", action="store_true")
+    ns = p.parse_args(argv)
+    log_path = Path(ns.resume) / RUN_LOG
+    if not log_path.is_file():
+        raise UserError(f"nothing to resume: {log_path} does not exist")
+    records, _ = read_run_log(log_path)
+    header = next((r for r in records if r.get("kind") == "run"), None)
+    if header is None or header.get("log_version") != RUN_LOG_VERSION:
+        raise UserError(f"{log_path} has no run header this version understands")
+    known = {f.name for f in fields(RunArgs)}
+    values = {k: v for k, v in header["args"].items() if k in known}
+    args = RunArgs(**values | {"out": ns.resume, "quiet": ns.quiet, "resume": True})
+    for entry in header["policies"]:
+        path = Path(entry["path"])
+        if not path.is_file():
+            raise UserError(f"cannot resume: policy file {path} is gone")
+        if sha256_hex(path.read_bytes()) != entry["sha256"]:
+            raise UserError(f"cannot resume: policy file {path} changed since the run started (sha256 differs)")
+    return args
 
 
 def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
@@ -94,12 +150,44 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
         raise UserError("--device-arch applies to --sim-only runs")
     if args.host is not None and args.profile != "native":
         raise UserError("--profile applies to --sim-only runs; a real device is its own profile")
+    if args.deadline_ms is not None and args.deadline_ms <= 0:
+        raise UserError(f"--deadline-ms must be positive, got {args.deadline_ms}")
+    if args.max_outage_s <= 0:
+        raise UserError(f"--max-outage-s must be positive, got {args.max_outage_s}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserError(f"--max-steps must be >= 1, got {args.max_steps}")
+    if (args.bridge_key is None) != (args.client_key is None):
+        raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
+    if args.bridge_key is not None and args.sim_only:
+        raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
     try:
-        cfg = load_level(args.level)
+        cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
     except (ConfigError, ProfileError) as e:
         raise UserError(str(e)) from None
     return cfg, profile
+
+
+class LocalBridgeSupervisor:
+    """--sim-only: notices that the local bridge process died and starts a new one on the same port.
+
+    Called from the control loop (main thread) on every missed act; the restart does not wait for
+    the new process, the client reconnects by itself once it listens.
+    """
+
+    def __init__(self, process: BridgeProcess, min_interval_s: float = 1.0) -> None:
+        self.process = process
+        self.min_interval_s = min_interval_s  # a bridge that dies at once is not restarted in a tight loop
+        self._last_restart = 0.0
+
+    def check(self) -> Event | None:
+        if self.process.alive or time.monotonic() - self._last_restart < self.min_interval_s:
+            return None
+        old_pid = self.process.pid
+        exit_code = self.process.process.returncode if self.process.process else None
+        self._last_restart = time.monotonic()
+        self.process.restart(wait=False)
+        return {"event": "bridge_restarted", "old_pid": old_pid, "exit_code": exit_code, "pid": self.process.pid}
 
 
 class Device:
@@ -109,6 +197,9 @@ class Device:
     def __init__(self, args: RunArgs, profile: DeviceProfile):
         self.args, self.profile = args, profile
         self.process: BridgeProcess | None = None
+
+    def supervisor(self) -> LocalBridgeSupervisor | None:
+        return LocalBridgeSupervisor(self.process) if self.process is not None else None
 
     def __enter__(self) -> BridgeClient:
         a = self.args
@@ -125,7 +216,13 @@ class Device:
         else:
             host = f"[{a.host}]" if ":" in a.host and not a.host.startswith("[") else a.host
             endpoint = f"tcp://{host}:{a.port}"
-        self.client = BridgeClient(endpoint, timeout_s=a.timeout_s)
+        curve = None
+        if a.bridge_key and a.client_key:
+            try:
+                curve = ClientCurve.from_files(a.client_key, a.bridge_key)
+            except KeyFileError as e:
+                raise UserError(str(e)) from None
+        self.client = BridgeClient(endpoint, timeout_s=a.timeout_s, curve=curve)
         return self.client
 
     def __exit__(self, *exc) -> None:
@@ -137,6 +234,22 @@ class Device:
 def run(args: RunArgs) -> int:
     cfg, profile = check_args(args)
     out_dir = Path(args.out)
+    policy_bytes = [Path(path).read_bytes() for path in args.policy]
+    deadline_s = args.deadline_ms / 1e3 if args.deadline_ms else default_deadline_s(cfg, args.rate_hz)
+    log_path = out_dir / RUN_LOG
+    done: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(args.policy))}
+    if args.resume:
+        for r in repair_run_log(log_path):
+            if r.get("kind") == "episode":
+                done[r["policy_index"]].append({k: v for k, v in r.items() if k not in ("kind", "policy", "policy_index")})
+    elif log_path.exists() and not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
+        log_path.unlink()  # a previous run that flew nothing: nothing to keep
+    elif log_path.exists():
+        # A new run never destroys an old log: it is kept beside, e.g. run.20260101-120000.jsonl.
+        kept = log_path.with_name(f"run.{time.strftime('%Y%m%d-%H%M%S', time.localtime(log_path.stat().st_mtime))}.jsonl")
+        log_path.rename(kept)
+        print(f"note: previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)", file=sys.stderr)
+    log = RunLog(log_path)
     report: dict = {
         "command": " ".join(["python -m hil.run", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -145,10 +258,18 @@ def run(args: RunArgs) -> int:
         "profile": asdict(profile) | {"emulated": profile.emulated()} if args.sim_only else None,
         "level": cfg.level,
         "obs_dim": cfg.obs_dim,
+        "deadline_ms": deadline_s * 1e3,
+        "run_log": str(log_path),
         "device": None,
         "runs": [],
         "comparisons": [],
     }
+    if args.resume:
+        log.append({"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}})
+    else:
+        log.append({"kind": "run", "log_version": RUN_LOG_VERSION, "args": asdict(args), "command": report["command"],
+                    "t_wall": time.time(), "deadline_ms": deadline_s * 1e3,
+                    "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)]})
     records: list[LoopRecord] = []
     try:
         options = {"host": args.airsim_host, "port": args.airsim_port} if args.backend == "airsim" else {}
@@ -156,23 +277,56 @@ def run(args: RunArgs) -> int:
     except (ValueError, RuntimeError) as e:
         raise UserError(str(e)) from None
     report["backend"] = args.backend
-    for path in args.policy:
-        with Device(args, profile) as client:
-            hello = client.hello()
-            report["device"] = report["device"] or {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
-            load = client.load_policy(path)
-            if load.get("obs_dim") not in (None, cfg.obs_dim):
-                raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
-            rec = run_closed_loop(client, cfg, args.episodes, args.seed, args.rate_hz, on_episode=_progress(path, args), env=env)
-        _end_progress(args)
-        records.append(rec)
-        report["runs"].append(summarize_run(path, rec, load))
-        report["comparisons"] = compare(report["runs"])
-        write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
+    try:
+        for index, (path, onnx) in enumerate(zip(args.policy, policy_bytes)):
+            finished = {row["episode"] for row in done[index]}
+            todo = [j for j in range(args.episodes) if j not in finished]
+            rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report)
+            _end_progress(args)
+            records.append(rec)
+            report["runs"].append(summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s))
+            report["comparisons"] = compare(report["runs"])
+            write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
+    finally:
+        log.close()
     print(_header(report))
     print(format_table(report["runs"], report["comparisons"]))
-    print(f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png)")
+    print(f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}")
     return 0
+
+
+def _fly_policy(
+    args: RunArgs, profile: DeviceProfile, cfg: NavConfig, env: Any, log: RunLog, index: int, path: str, onnx: bytes,
+    todo: list[int], deadline_s: float, report: dict,
+) -> tuple[LoopRecord, dict[str, Any]]:
+    """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
+    with (device := Device(args, profile)) as client:
+        def log_event(event: Event) -> None:
+            log.append(event, durable=False)  # visible to readers at once; only episodes need fsync
+
+        if device.process is not None:
+            log_event({"kind": "event", "event": "bridge_started", "policy": path, "pid": device.process.pid,
+                       "endpoint": device.process.endpoint, "t_mono": time.monotonic(), "t_wall": time.time()})
+        hello = client.hello()
+        report["device"] = report["device"] or {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
+        load = client.load_policy(onnx, name=Path(path).name)
+        if load.get("obs_dim") not in (None, cfg.obs_dim):
+            raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
+        if load.get("sha256") != sha256_hex(onnx):
+            raise BridgeError(client.endpoint, f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}")
+        link = ControlLink(client, deadline_s, PolicyUpload(onnx, Path(path).name), supervisor=device.supervisor(),
+                           on_event=log_event, max_outage_s=args.max_outage_s)
+        link.context["policy"] = path
+        progress = _progress(path, args)
+
+        def on_episode(ep, rec: LoopRecord) -> None:
+            log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
+            if progress:
+                progress(ep, rec)
+
+        rec = run_closed_loop(client, cfg, todo, args.seed, args.rate_hz, on_episode=on_episode, env=env,
+                              link=link, deadline_s=deadline_s)
+    return rec, load
 
 
 def _header(report: dict) -> str:
@@ -211,11 +365,27 @@ def _end_progress(args: RunArgs) -> None:
         _bar = None
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    # SIGTERM takes the same way out as Ctrl-C: the local bridge is stopped, the log is closed.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse_args(argv)
+        args = parse_resume_args(argv) if "--resume" in argv else parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return USAGE_EXIT
+    signal.signal(signal.SIGTERM, _terminate)
+    resume_hint = f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
+
+    def episodes_logged() -> bool:
+        path = Path(args.out) / RUN_LOG
+        return path.exists() and any(r.get("kind") == "episode" for r in read_run_log(path)[0])
+
     try:
         return run(args)
     except UserError as e:
@@ -223,9 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_EXIT
     except (BridgeError, BridgeStartError) as e:
         print(f"error: {e}", file=sys.stderr)
+        if episodes_logged():
+            print(resume_hint, file=sys.stderr)
         return FAILURE_EXIT
     except KeyboardInterrupt:
-        print("interrupted: results of finished policies are in the report", file=sys.stderr)
+        print(f"interrupted: {resume_hint}", file=sys.stderr)
         return 130
 
 
