@@ -58,12 +58,14 @@ def toy_model() -> bytes:
     return build_mlp_policy(1032, 256, n_actions=25, seed=3)
 
 
-def run_all(client, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every observation through client.act, one request each: (actions, logits, round trips ns)."""
+def run_all(client, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Every observation through client.act, one request each: (actions, logits or None if the
+    policy exports none, round trips ns)."""
     actions, logits, rtt = [], [], []
     for row in obs:
         r = client.act(row)
         actions.append(r.action)
         logits.append(r.logits)
         rtt.append(r.rtt_ns)
-    return np.asarray(actions), np.stack(logits), np.asarray(rtt)
+    has_logits = all(x is not None for x in logits)
+    return np.asarray(actions), (np.stack(logits) if has_logits else None), np.asarray(rtt)

@@ -43,12 +43,15 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
         a_nat, l_nat, rtt_nat = run_all(native_bridge, recorded_obs)
         a_emu, l_emu, rtt = run_all(emulated_bridge, recorded_obs)
         agree = float(np.mean(a_nat == a_emu))
-        max_diff = float(np.max(np.abs(l_nat - l_emu)))
-        spread = float(np.median(l_nat.max(axis=1) - l_nat.min(axis=1)))
+        if l_nat is None or l_emu is None:  # a policy without a logits output: actions only
+            max_diff, logit_text = 0.0, "no logits output (actions compared only)"
+        else:
+            max_diff = float(np.max(np.abs(l_nat - l_emu)))
+            spread = float(np.median(l_nat.max(axis=1) - l_nat.min(axis=1)))
+            logit_text = f"max |logit diff| {max_diff:.2e} (median logit range {spread:.2f})"
         FIGURES.append(
             f"{p.label:<18} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} differ), "
-            f"max |logit diff| {max_diff:.2e} (median logit range {spread:.2f}), emulated round trip p50 "
-            f"{np.median(rtt) / 1e3:.0f} us (native {np.median(rtt_nat) / 1e3:.0f} us)"
+            f"{logit_text}, emulated round trip p50 {np.median(rtt) / 1e3:.0f} us (native {np.median(rtt_nat) / 1e3:.0f} us)"
         )
         if p.precision == "fp32":
             if not (agree == 1.0 and max_diff <= FP32_LOGIT_TOL):
