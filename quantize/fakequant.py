@@ -1,0 +1,162 @@
+"""Torch fake quantization of an actor MLP with the seed's n-bit affine quantizer (quantize.affine).
+
+Used three ways: n-bit PTQ evaluation (weights, optionally activations with calibrated ranges), QAT
+(the seed's Algorithm 2: monitor activation min/max during a quantization delay, then train with
+quantization on frozen ranges) and the n = 8 QDQ export (quantize.qdq_export).
+
+Quantization points, as in the seed: every Linear's weights, the observation entering the first
+layer and each hidden ReLU output. The logits are not quantized (see quantize.ptq). All rounding goes
+through ``torch.fake_quantize_per_tensor_affine``, whose straight-through gradient QAT needs:
+
+* weights, ``rounding="floor"`` (the paper's formula): floor(W / delta) = round(W / delta - 1/2), so
+  the op is applied to W - delta/2 (the two differ only when W / delta is exactly an integer inside
+  the range, where round-half-even may pick the lower code; measure zero for trained float weights).
+  ``rounding="nearest"`` is the seed's public code (np.rint). The floor biases every weight by
+  -delta/2 on average; over 1032 inputs that shifts each first-layer pre-activation by about
+  -delta/2 * sum(obs), which is why PTQ with the printed formula loses far more than the seed's code.
+* activations round to nearest (what QuantizeLinear does on the device), with delta and z from the
+  seed's formula applied to the monitored range.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from quantize.affine import AffineParams, Rounding, affine_params_from_range, check_bits
+
+
+def weight_params(w: torch.Tensor, bits: int) -> AffineParams:
+    w = w.detach()
+    return affine_params_from_range(float(w.min()), float(w.max()), bits)
+
+
+def fake_quant_weight(w: torch.Tensor, bits: int, rounding: Rounding = "floor") -> torch.Tensor:
+    p = weight_params(w, bits)
+    if p.delta == 0.0:
+        return w
+    shift = p.delta / 2 if rounding == "floor" else 0.0
+    return torch.fake_quantize_per_tensor_affine(w - shift, p.delta, p.zero_point, 0, p.qmax)
+
+
+class ActivationQuant(nn.Module):
+    """Monitors min/max while ``observing``; fake-quantizes with the frozen range once ``frozen``."""
+
+    def __init__(self, bits: int):
+        super().__init__()
+        self.bits = check_bits(bits)
+        self.register_buffer("lo", torch.tensor(float("inf")))
+        self.register_buffer("hi", torch.tensor(float("-inf")))
+        self.observing, self.frozen = True, False
+
+    def params(self) -> AffineParams:
+        return affine_params_from_range(float(self.lo), float(self.hi), self.bits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.observing and not self.frozen:
+            d = x.detach()
+            self.lo = torch.minimum(self.lo, d.min())
+            self.hi = torch.maximum(self.hi, d.max())
+        if not self.frozen:
+            return x
+        p = self.params()
+        if p.delta == 0.0:
+            return x
+        return torch.fake_quantize_per_tensor_affine(x, p.delta, p.zero_point, 0, p.qmax)
+
+
+class QuantLinear(nn.Module):
+    """An existing nn.Linear (same Parameter objects, so an optimizer holding them keeps working)
+    whose weights are fake-quantized when ``enabled``. Biases stay float (int32 in the export)."""
+
+    def __init__(self, linear: nn.Linear, bits: int, rounding: Rounding = "floor"):
+        super().__init__()
+        self.linear, self.bits, self.enabled, self.rounding = linear, check_bits(bits), False, rounding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = fake_quant_weight(self.linear.weight, self.bits, self.rounding) if self.enabled else self.linear.weight
+        return nn.functional.linear(x, w, self.linear.bias)
+
+
+class QuantBody(nn.Module):
+    """obs -> [actq] -> (QuantLinear -> ReLU -> actq) x hidden: drop-in for SB3's policy_net."""
+
+    def __init__(self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "floor"):
+        super().__init__()
+        layers = list(body)
+        if not layers or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers):
+            raise ValueError(f"expected a Sequential of Linear/ReLU, got {body}")
+        self.input_quant = ActivationQuant(bits) if quantize_activations else None
+        mods: list[nn.Module] = []
+        for m in layers:
+            if isinstance(m, nn.Linear):
+                mods.append(QuantLinear(m, bits, rounding))
+            else:
+                mods.append(m)
+                if quantize_activations:
+                    mods.append(ActivationQuant(bits))
+        self.layers = nn.Sequential(*mods)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.input_quant is not None:
+            x = self.input_quant(x)
+        return self.layers(x)
+
+
+class FakeQuantActor(nn.Module):
+    """(action, logits) like policies.actor.DiscreteActor, with n-bit fake quantization."""
+
+    def __init__(self, body: nn.Module, head: nn.Linear, obs_dim: int, bits: int, quantize_activations: bool = True,
+                 rounding: Rounding = "floor"):
+        super().__init__()
+        self.bits, self.obs_dim, self.rounding = check_bits(bits), obs_dim, rounding
+        self.body = body if isinstance(body, QuantBody) else QuantBody(body, bits, quantize_activations, rounding)
+        self.head = head if isinstance(head, QuantLinear) else QuantLinear(head, bits, rounding)
+
+    @classmethod
+    def from_actor(cls, actor: nn.Module, bits: int, quantize_activations: bool = True,
+                   rounding: Rounding = "floor") -> "FakeQuantActor":
+        """A copy of a DiscreteActor (body Sequential + head Linear) with quantizers inserted."""
+        a = copy.deepcopy(actor)
+        first = next(m for m in a.body.modules() if isinstance(m, nn.Linear))
+        return cls(a.body, a.head, first.in_features, bits, quantize_activations, rounding)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.head(self.body(obs))
+        return torch.argmax(logits, dim=1), logits
+
+
+def activation_quants(module: nn.Module) -> list[ActivationQuant]:
+    return [m for m in module.modules() if isinstance(m, ActivationQuant)]
+
+
+def quant_linears(module: nn.Module) -> list[QuantLinear]:
+    return [m for m in module.modules() if isinstance(m, QuantLinear)]
+
+
+def start_observing(module: nn.Module) -> None:
+    for q in activation_quants(module):
+        q.observing, q.frozen = True, False
+
+
+def freeze_and_quantize(module: nn.Module) -> None:
+    """End of the quantization delay: freeze activation ranges, quantize weights from now on."""
+    for q in activation_quants(module):
+        if not torch.isfinite(q.lo):
+            raise RuntimeError("an activation quantizer saw no data before freezing")
+        q.observing, q.frozen = False, True
+    for lin in quant_linears(module):
+        lin.enabled = True
+
+
+def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048) -> None:
+    """PTQ: record activation ranges on observations (float weights, as the deployed model sees
+    them before quantization), then freeze and quantize."""
+    start_observing(actor)
+    for lin in quant_linears(actor):
+        lin.enabled = False
+    with torch.no_grad():
+        for i in range(0, len(obs), batch):
+            actor(obs[i : i + batch])
+    freeze_and_quantize(actor)
