@@ -110,10 +110,11 @@ class AirSimNavEnv(gym.Env):
         self._c = ClientThread(self.airsim, host, self.port, rpc_timeout_s)
         try:
             self._call("ping", lambda c: c.ping())
+            self._c.set_nodelay()
             server = self._call("getServerVersion", lambda c: c.getServerVersion())
             min_client = self._call("getMinRequiredClientVersion", lambda c: c.getMinRequiredClientVersion())
-            cls = self.airsim.MultirotorClient
-            warn_versions(int(server), int(min_client), int(cls.getClientVersion()), int(cls.getMinRequiredServerVersion()), f"{host}:{port}")
+            client_v, min_server = self._call("getClientVersion", lambda c: (c.getClientVersion(), c.getMinRequiredServerVersion()))
+            warn_versions(int(server), int(min_client), int(client_v), int(min_server), f"{host}:{port}")
         except BaseException:
             self.close()
             raise

@@ -52,7 +52,7 @@ class FakeAirSimServer:
     ``origin``: where the arena's corner sits in the NED world frame (as ``AirSimNavEnv(origin=)``).
     ``image_size`` (width, height) and ``image_fov_deg``: the depth camera (default: the level's).
     ``fail``: method name -> error message, to script server-side errors.
-    ``calls`` records every method received, in order.
+    ``calls`` records every method received, in order, and ``last`` its latest parameters.
     """
 
     def __init__(
@@ -83,6 +83,7 @@ class FakeAirSimServer:
         self.server_version, self.min_client_version = server_version, min_client_version
         self.fail = dict(fail or {})
         self.calls: list[str] = []
+        self.last: dict[str, list] = {}  # the latest parameters of each method, as received
         self.world = BatchSim(self.cfg, 1)
         self.camera = BatchSim(self.render_cfg, 1)
         self._lock = threading.RLock()
@@ -104,9 +105,10 @@ class FakeAirSimServer:
     def stop(self) -> None:
         self._running = False
         try:
-            self._sock.close()
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (close alone does not)
         except OSError:
             pass
+        self._sock.close()
         for c in list(self._conns):
             try:
                 c.shutdown(socket.SHUT_RDWR)
@@ -187,6 +189,7 @@ class FakeAirSimServer:
     def _handle(self, method: str, params: list, reply_to) -> Any:
         with self._lock:
             self.calls.append(method)
+            self.last[method] = params
             if method in self.fail:
                 raise RPCFailure(f"rpclib: function '{method}' (called with {len(params)} arg(s)) threw an exception. "
                                  f"The exception contained this information: {self.fail[method]}.")
