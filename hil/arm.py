@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -263,8 +265,17 @@ def _locked(cache: Path) -> Iterator[None]:
         yield
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: a build step (debootstrap, pip) ends when the preparing process dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    # subprocess.run kills the child if we are interrupted (KeyboardInterrupt); the caller removes the temp dir
+    r = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_die_with_parent, **kw)
     if r.returncode != 0:
         tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-15:]
         detail = "\n  ".join(tail)
@@ -416,11 +427,15 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the guest python with these arguments (after --)")
     run.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill -TERM cleans up like Ctrl-C
     try:
         stack = prepare()
     except ArmSetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted: nothing half-built was kept; run again to prepare", file=sys.stderr)
+        return 130
     if a.cmd == "prepare":
         print(f"rootfs: {stack.rootfs}\nwheels: {stack.site}\nqemu: {stack.qemu} -cpu {stack.cpu}")
     elif a.cmd == "command":
