@@ -131,8 +131,7 @@ def test_collision_ends_the_episode(serve, connect):
 
 
 def test_wall_is_a_collision_even_if_the_simulator_does_not_report_it(serve, connect):
-    # the fake's world has no walls nearby? it does; so check the arena bound on our side directly:
-    # the vehicle is flown out of the arena ceiling-free by a fake whose arena is larger
+    # the fake's arena is twice as long, so only the env's own bounds check sees the wall at x = 30
     big = load_level("default", {"arena.size_x": 60.0})
     ep = make_episode(CFG, (27, 15), (5, 15))
     env = connect(serve(big, make_episode(big, (27, 15), (5, 15))), CFG)
@@ -261,3 +260,20 @@ def test_continuous_actions(serve, connect):
     env.step(np.array([2.0, 1.0, 0.5, 0.3], np.float32))
     with pytest.raises(ValueError, match="outside"):
         env.step(np.array([9.0, 0, 0, 0], np.float32))
+
+
+def test_gymnasium_env_checker_passes(serve, connect):
+    from gymnasium.utils.env_checker import check_env
+
+    env = connect(serve(CFG), CFG, render_mode="rgb_array")
+    check_env(env, skip_render_check=False)
+
+
+def test_server_versions(serve, client_name):
+    from nav_env.airsim import AirSimError, AirSimNavEnv
+
+    with pytest.raises(AirSimError, match="needs client version >= 99"):
+        AirSimNavEnv(config=CFG, port=serve(CFG, min_client_version=99).port, client=client_name)
+    if client_name == "cosysairsim":  # client version 4 against a Microsoft (version 1) server: a warning
+        with pytest.warns(UserWarning, match="API version 1"):
+            AirSimNavEnv(config=CFG, port=serve(CFG, server_version=1).port, client=client_name).close()

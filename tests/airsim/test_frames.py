@@ -99,3 +99,19 @@ def test_resampler_rejects_narrow_cameras():
         DepthResampler(CFG, 64, 64, 60.0, True)
     with pytest.raises(ValueError, match="expected"):
         DepthResampler(CFG, 32, 32, 90.0, True)(np.zeros((16, 16)))
+
+
+def test_missing_client_library_is_a_clear_error(monkeypatch):
+    import importlib
+
+    from nav_env.airsim import AirSimError
+    from nav_env.airsim import client as client_mod
+
+    def no_module(name, *a, **k):
+        raise ImportError(f"No module named {name!r}")
+
+    monkeypatch.setattr(importlib, "import_module", no_module)
+    with pytest.raises(AirSimError, match=r"no AirSim client library .*pip install 'airq\[airsim\]'"):
+        client_mod.import_client("auto")
+    with pytest.raises(ValueError, match="unknown AirSim client"):
+        client_mod.import_client("unreal")
