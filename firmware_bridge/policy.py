@@ -138,7 +138,8 @@ def load_policy(
     if expected_sha256 is not None and digest != expected_sha256.strip().lower():
         raise PolicyLoadError(
             ErrorCode.HASH_MISMATCH,
-            f"sha256 of the {len(onnx_bytes)} received bytes is {digest}, request says {expected_sha256[:64]}",
+            # !r: the declared value is client text and must not put a newline into a reply or the journal
+            f"sha256 of the {len(onnx_bytes)} received bytes is {digest}, request says {expected_sha256[:64]!r}",
         )
     if not onnx_bytes:
         raise _bad("policy is empty (0 bytes)")

@@ -74,6 +74,11 @@ class BridgeConfig:
         return max(1, min(50, self.hold_timeout_ms // 4))
 
 
+def printable(text: str) -> str:
+    """Client-chosen text that ends up in logs and replies: no newlines or control characters."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 class Counters:
     """Plain attributes, not a dict: incremented on the hot path."""
 
@@ -340,7 +345,7 @@ class BridgeServer:
             expected_sha256=declared_sha256,
             max_bytes=self.config.max_message_bytes,
             threads=self.config.threads,
-            name=name[:128],
+            name=printable(name[:128]),
         )
         previous = self.install_policy(policy)
         return ok_reply(
