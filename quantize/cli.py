@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="success rate per bit width x method (the seed's Figure 1)")
     s.add_argument("run_dir")
     s.add_argument("--bits", type=_bits, nargs="+", default=[8, 7, 6, 5, 4, 3, 2])
-    s.add_argument("--methods", nargs="+", choices=("ptq", "qat"), default=["ptq"])
+    s.add_argument("--methods", nargs="+", choices=("ptq", "ptq-nearest", "ptq-weights", "qat"), default=["ptq", "qat"])
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--level", default=None)

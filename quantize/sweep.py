@@ -1,0 +1,150 @@
+"""``python -m quantize sweep RUN_DIR``: success rate per bit width x method, like the seed's Figure 1.
+
+Methods (all with the seed's n-bit affine quantizer, per-tensor, logits not quantized):
+  ptq          weights (paper formula, floor) + activations with ranges calibrated on the policy's rollouts
+  ptq-nearest  the same, weights rounded to nearest (the seed's public code, np.rint)
+  ptq-weights  weights only, floor (the seed's PTQ quantized weights only)
+  qat          QAT (quantize.qat): fine-tune with fake-quant weights (floor) + activations
+Every method and the fp32 actor play the same seeded episodes (seed + j), so each cell also gets a
+paired difference to fp32 (McNemar). Cells are cached in OUT/cells/, so an interrupted sweep resumes.
+"""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from quantize.errors import QuantizeError
+
+METHODS = ("ptq", "ptq-nearest", "ptq-weights", "qat")
+
+
+def _cell_path(out: Path, method: str, bits: int) -> Path:
+    return out / "cells" / f"{method}_{bits}bit.json"
+
+
+def run_sweep(args) -> Path:
+    from nav_env.config import load_level
+    from nav_env.render import write_atomic
+    from nav_env.rollout import summarize
+    from policies.actor import actor_from_model, load_run
+
+    from quantize.calibration import CALIBRATION_SEED, collect_observations
+    from quantize.evaluation import compare, evaluate_actor, success_vector, torch_policy
+    from quantize.fakequant import FakeQuantActor, calibrate
+    from quantize.qat import train_qat
+
+    if args.episodes < 1:
+        raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        raise QuantizeError(f"unknown method(s) {unknown} (known: {', '.join(METHODS)})")
+    torch.set_num_threads(1)
+    run_dir = Path(args.run_dir)
+    run_cfg, model, ckpt = load_run(run_dir, "best")
+    actor = actor_from_model(model)
+    level = args.level or run_cfg.level
+    cfg = load_level(level)
+    out = Path(args.out or run_dir / "sweep")
+    params = {"run_dir": str(run_dir), "checkpoint": str(ckpt), "level": level, "episodes": args.episodes, "seed": args.seed}
+
+    ref_path = out / "cells" / "fp32.json"
+    ref = evaluate_actor(actor, cfg, args.episodes, args.seed)
+    ref_summary = summarize(ref)
+    write_atomic(ref_path, json.dumps(params | {"success": success_vector(ref).tolist(),
+                                                "success_rate": ref_summary["success_rate"],
+                                                "success_ci95": ref_summary["success_ci95"]}).encode())
+    print(f"fp32: success {ref_summary['success_rate']:.1%} over {args.episodes} episodes ({level}, seeds {args.seed}..)", flush=True)
+    calib = None
+    cells: dict[tuple[str, int], dict] = {}
+    for bits in args.bits:
+        for method in args.methods:
+            path = _cell_path(out, method, bits)
+            cell_params = params | {"method": method, "bits": bits}
+            if method == "qat":
+                cell_params |= {"qat_steps": args.qat_steps, "qat_delay": args.qat_delay}
+            if path.is_file():
+                cached = json.loads(path.read_text())
+                if cached.get("params") == cell_params:
+                    cells[(method, bits)] = cached
+                    print(f"{method} {bits}-bit: cached {cached['success_rate']:.1%}", flush=True)
+                    continue
+            if method == "qat":
+                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2)
+                torch.set_num_threads(1)
+                q_actor = res.actor
+            else:
+                if calib is None:
+                    calib = torch.as_tensor(collect_observations(torch_policy(actor), cfg, 20, CALIBRATION_SEED, 20_000))
+                q_actor = FakeQuantActor.from_actor(actor, bits, quantize_activations=method != "ptq-weights",
+                                                    rounding="nearest" if method == "ptq-nearest" else "floor")
+                calibrate(q_actor, calib)
+            results = evaluate_actor(q_actor, cfg, args.episodes, args.seed)
+            cell = compare(ref, results) | {"params": cell_params}
+            write_atomic(path, json.dumps(cell, indent=1).encode())
+            cells[(method, bits)] = cell
+            d = cell["paired_diff"]
+            print(f"{method} {bits}-bit: success {cell['success_rate']:.1%} (vs fp32 {d['diff']:+.1%}, "
+                  f"[{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g})", flush=True)
+    table = format_table(ref_summary, cells, args.bits, args.methods, params)
+    write_atomic(out / "sweep.md", table.encode())
+    write_atomic(out / "sweep.json", json.dumps({"params": params, "fp32": {k: ref_summary[k] for k in ("success_rate", "success_ci95")},
+                                                 "cells": [{"method": m, "bits": b} | c for (m, b), c in cells.items()]}, indent=1).encode())
+    write_atomic(out / "sweep.png", plot(ref_summary, cells, args.bits, args.methods, f"{run_dir.name} ({level})"))
+    print(table)
+    print(f"wrote {out / 'sweep.md'}, {out / 'sweep.png'}")
+    return out
+
+
+def format_table(ref: dict, cells: dict, bits: list[int], methods: list[str], params: dict) -> str:
+    lo, hi = ref["success_ci95"]
+    lines = [f"Success rate over {params['episodes']} seeded episodes ({params['level']}, seeds {params['seed']}..), "
+             f"95% Wilson interval; in parentheses the paired difference to fp32.",
+             f"fp32: {ref['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]", "",
+             "| bits | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for b in bits:
+        row = [f"| {b} "]
+        for m in methods:
+            c = cells.get((m, b))
+            if c is None:
+                row.append("-")
+                continue
+            clo, chi = c["success_ci95"]
+            row.append(f"{c['success_rate']:.1%} [{clo:.1%}, {chi:.1%}] ({c['paired_diff']['diff']:+.1%})")
+        lines.append(" | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = sorted(bits)
+    lo, hi = ref["success_ci95"]
+    ax.axhspan(lo * 100, hi * 100, color="gray", alpha=0.15)
+    ax.axhline(ref["success_rate"] * 100, color="gray", ls="--", label="fp32")
+    for m, marker in zip(methods, "osd^v"):
+        pts = [(b, cells[(m, b)]) for b in xs if (m, b) in cells]
+        if not pts:
+            continue
+        y = np.array([c["success_rate"] for _, c in pts]) * 100
+        err = np.array([[c["success_rate"] - c["success_ci95"][0], c["success_ci95"][1] - c["success_rate"]] for _, c in pts]).T * 100
+        ax.errorbar([b for b, _ in pts], y, yerr=err, marker=marker, capsize=3, label=m)
+    ax.set_xlabel("bits (weights and activations; ptq-weights: weights only)")
+    ax.set_ylabel("success rate (%)")
+    ax.set_xticks(xs)
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{title}: success rate vs bit width", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
