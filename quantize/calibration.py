@@ -54,8 +54,11 @@ def collect_observations(
 class ObservationReader(CalibrationDataReader):
     """Feeds recorded observations to onnxruntime's calibrator in batches (the batch dim is dynamic)."""
 
-    def __init__(self, obs: np.ndarray, batch: int = 512):
-        self.batches: Iterator[np.ndarray] = iter([obs[i : i + batch] for i in range(0, len(obs), batch)])
+    def __init__(self, obs: np.ndarray, batch: int = 512, equal_batches: bool = False):
+        # equal_batches: onnxruntime's histogram calibrators (percentile, entropy) stack the batches
+        # and fail on a shorter last one, so the remainder (< batch rows) is dropped for them.
+        end = len(obs) - len(obs) % batch if equal_batches and len(obs) >= batch else len(obs)
+        self.batches: Iterator[np.ndarray] = iter([obs[i : i + batch] for i in range(0, end, batch)])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         batch = next(self.batches, None)

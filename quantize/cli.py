@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cold", action="store_true", help="evict caches before each call (as on a Pi)")
     b.add_argument("--json", default=None, help="also write the rows to this JSON file")
 
+    c = sub.add_parser("card", help="write a markdown model card for a quantized artifact")
+    c.add_argument("model")
+    c.add_argument("--eval", nargs="*", default=[], help="policies.evaluate JSON reports that include the model")
+    c.add_argument("--bench", default=None, help="a quantize bench --json file")
+    c.add_argument("--made-with", default=None, help="the command that made the model, for the card")
+    c.add_argument("-o", "--output", required=True)
+
     a = sub.add_parser("analyze", help="per-layer weight histograms with the n-bit grid, SQNR per layer")
     a.add_argument("model", help="a policy ONNX file or a policies.train run directory")
     a.add_argument("--bits", type=_bits, nargs="+", default=[8, 6, 4, 2])
@@ -111,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             from nav_env.render import write_atomic
 
             write_atomic(args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode())
+    elif args.command == "card":
+        from quantize.card import write_card
+
+        print(write_card(args.model, args.eval, args.bench, args.made_with, args.output))
     elif args.command == "analyze":
         from quantize.analyze import run_analyze
 

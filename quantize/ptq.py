@@ -106,7 +106,7 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
 
     def run(a: str, b: str) -> None:
         quantize_static(
-            a, b, ObservationReader(calibration_obs), quant_format=fmt, per_channel=opts.per_channel,
+            a, b, ObservationReader(calibration_obs, equal_batches=opts.calibrate_method != "minmax"), quant_format=fmt, per_channel=opts.per_channel,
             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
             op_types_to_quantize=list(LINEAR_OPS) + ["Relu"],
             nodes_to_exclude=[last] if last else None, calibrate_method=method, extra_options=dict(opts.extra),

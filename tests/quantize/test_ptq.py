@@ -76,3 +76,10 @@ def test_bridge_accepts_the_artifacts(quantized_models, target):
     data = quantized_models[target].read_bytes()
     policy = load_policy(data, expected_sha256=hashlib.sha256(data).hexdigest(), max_bytes=len(data))
     assert policy is not None
+
+
+def test_card_from_metadata(quantized_models, tmp_path):
+    from quantize.card import build_card
+
+    text = build_card(quantized_models["int8"], [], None, "python -m quantize ptq X --to int8")
+    assert "precision **int8**" in text and "calibration" in text and "sha256" in text
