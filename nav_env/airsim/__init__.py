@@ -6,5 +6,6 @@ simulator speaking AirSim's msgpack-rpc protocol, for tests and for trying the b
 """
 from nav_env.airsim.client import AirSimConnectionError, AirSimError
 from nav_env.airsim.env import AirSimNavEnv, open_arena_episode
+from nav_env.airsim.scene import Scene
 
-__all__ = ["AirSimNavEnv", "AirSimError", "AirSimConnectionError", "open_arena_episode"]
+__all__ = ["AirSimNavEnv", "AirSimError", "AirSimConnectionError", "Scene", "open_arena_episode"]

@@ -10,6 +10,7 @@ import numpy as np
 
 from nav_env.arena import FAR, Episode, sample_episode
 from nav_env.airsim.client import AirSimError, ClientThread, import_client, wait_for_port, warn_versions
+from nav_env.airsim.scene import Scene, sized_config
 from nav_env.airsim.frames import (
     DepthResampler, arena_to_ned, arena_yaw_from_ned_quaternion, body_to_world, ned_to_arena,
     vel_arena_to_ned, vel_ned_to_arena, yaw_quaternion_ned,
@@ -47,7 +48,9 @@ class AirSimNavEnv(gym.Env):
     Episodes: ``reset(seed=s)`` draws the same start, yaw, goal and zone as the embedded simulator
     (obstacles are whatever the AirSim map holds); ``options={"episode": ep}`` flies a hand-built
     episode whose obstacles describe the map (drawn by ``render()`` only); ``episode_fn(rng, cfg,
-    zone)`` replaces the draw, e.g. to keep start and goal clear of a known map. The arena's origin
+    zone)`` replaces the draw; ``scene`` (a :class:`~nav_env.airsim.scene.Scene`, a dict or a JSON
+    path: the map's static obstacles in arena coordinates) keeps start and goal clear of a known map
+    and draws it in ``render()``. The arena's origin
     (its x = y = z = 0 corner) is at ``origin`` (north, east, down metres) in AirSim's world frame.
 
     Success, reward and truncation are computed by ``BatchSim.score`` and the state features by
@@ -78,6 +81,7 @@ class AirSimNavEnv(gym.Env):
         rpc_timeout_s: float = 60.0,
         client: str = "auto",
         episode_fn: Callable[[np.random.Generator, NavConfig, int | None], Episode] | None = None,
+        scene: "Scene | dict | str | None" = None,
     ):
         self.cfg = resolve_config(level, config, overrides)
         if render_mode not in (None, "rgb_array"):
@@ -95,7 +99,10 @@ class AirSimNavEnv(gym.Env):
         self.camera_fov_deg = float(camera_fov_deg if camera_fov_deg is not None else self.cfg.camera.fov_deg)
         self.origin = tuple(float(o) for o in origin)
         self.takeoff_timeout_s = takeoff_timeout_s
-        self.episode_fn = episode_fn or open_arena_episode
+        if scene is not None and episode_fn is not None:
+            raise ValueError("pass either scene or episode_fn, not both")
+        self.scene = Scene.load(scene) if scene is not None else None
+        self.episode_fn = episode_fn or (self.scene.episode_fn() if self.scene is not None else open_arena_episode)
         self.sim = BatchSim(self.cfg, 1)  # bookkeeping and scoring only: AirSim flies the vehicle
         self.episode: Episode | None = None
         self.trajectory: list[np.ndarray] = []
@@ -137,6 +144,8 @@ class AirSimNavEnv(gym.Env):
             episode = self.episode_fn(self.np_random, self.cfg, zone)
         self._done = True
         self.episode = episode
+        if (len(episode.cyl), len(episode.box)) != (self.sim.cyl.shape[1], self.sim.box.shape[1]):
+            self.sim = BatchSim(sized_config(self.cfg, episode), 1)  # a scene's own obstacle count
         self.sim.load([0], [episode])
         self._fly_to_start(episode)
         pos = self._read_state()

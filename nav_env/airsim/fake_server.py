@@ -28,7 +28,8 @@ from typing import Any, Sequence
 import msgpack
 import numpy as np
 
-from nav_env.arena import Episode, make_episode, sample_episode
+from nav_env.arena import Episode, sample_episode
+from nav_env.airsim.scene import Scene, sized_config
 from nav_env.airsim.frames import (
     arena_to_ned, arena_yaw_from_ned_quaternion, ned_to_arena, vel_arena_to_ned, vel_ned_to_arena, world_to_body, yaw_quaternion_ned,
 )
@@ -48,7 +49,8 @@ class FakeAirSimServer:
     """One multirotor in a scripted world, on ``host``:``port`` (0 = an ephemeral port).
 
     ``scene``: an :class:`~nav_env.arena.Episode` whose obstacles are the world (moving ones move)
-    and whose start pose is the player start; default: an empty arena, player start at its centre.
+    and whose start pose is the player start, or a :class:`~nav_env.airsim.scene.Scene` (or its
+    dict / JSON path) with the player start at the arena's centre; default: an empty arena.
     ``origin``: where the arena's corner sits in the NED world frame (as ``AirSimNavEnv(origin=)``).
     ``image_size`` (width, height) and ``image_fov_deg``: the depth camera (default: the level's).
     ``fail``: method name -> error message, to script server-side errors.
@@ -58,7 +60,7 @@ class FakeAirSimServer:
     def __init__(
         self,
         cfg: NavConfig | None = None,
-        scene: Episode | None = None,
+        scene: "Episode | Scene | dict | str | None" = None,
         host: str = "127.0.0.1",
         port: int = 0,
         origin: Sequence[float] = (0.0, 0.0, 0.0),
@@ -72,19 +74,24 @@ class FakeAirSimServer:
     ):
         self.cfg = cfg or load_level("default")
         a = self.cfg.arena
-        self.scene = scene if scene is not None else make_episode(self.cfg, (a.size_x / 2, a.size_y / 2), (a.size_x / 2, a.size_y / 2))
+        if not isinstance(scene, Episode):  # a map: player start at the arena's centre
+            cyl, box = Scene.load(scene if scene is not None else Scene()).arrays()
+            centre = np.array([a.size_x / 2, a.size_y / 2, a.altitude])
+            scene = Episode(centre, 0.0, centre.copy(), 0, cyl, box, 0)
+        self.scene = scene
         self.origin = tuple(float(o) for o in origin)
         cam = self.cfg.camera
         w, h = image_size or (cam.width, cam.height)
         render_cam = dataclasses.replace(cam, width=int(w), height=int(h), fov_deg=float(image_fov_deg or cam.fov_deg),
                                          max_range=SKY_M, noise_std=0.0, dropout=0.0)
-        self.render_cfg = dataclasses.replace(self.cfg, camera=render_cam)
+        world_cfg = sized_config(self.cfg, scene)
+        self.render_cfg = dataclasses.replace(world_cfg, camera=render_cam)
         self.cameras, self.vehicles = tuple(cameras), tuple(vehicles)
         self.server_version, self.min_client_version = server_version, min_client_version
         self.fail = dict(fail or {})
         self.calls: list[str] = []
         self.last: dict[str, list] = {}  # the latest parameters of each method, as received
-        self.world = BatchSim(self.cfg, 1)
+        self.world = BatchSim(world_cfg, 1)
         self.camera = BatchSim(self.render_cfg, 1)
         self._lock = threading.RLock()
         self._reset_world()
@@ -412,17 +419,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=41451)
     p.add_argument("--level", default="default", help="level whose arena, camera and dynamics the world uses")
-    p.add_argument("--scene-seed", type=int, default=None,
-                   help="fill the arena with the obstacles of the episode drawn from this seed (default: empty arena)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scene-seed", type=int, default=None,
+                   help="fill the arena with the static obstacles of the episode drawn from this seed (default: empty arena)")
+    g.add_argument("--scene", default=None, help="a scene JSON file: {\"cylinders\": [[x, y, r], ...], \"boxes\": [[x0, y0, x1, y1], ...]}")
+    p.add_argument("--write-scene", default=None, metavar="FILE",
+                   help="write the world's obstacles as a scene JSON, for AirSimNavEnv(scene=FILE)")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("W", "H"), default=None, help="depth frame size (default: the level's)")
     args = p.parse_args(argv)
     cfg = load_level(args.level)
-    scene = None
+    scene = Scene.load(args.scene) if args.scene else Scene()
     if args.scene_seed is not None:
-        scene = sample_episode(np.random.default_rng(args.scene_seed), cfg)
+        scene = Scene.from_episode(sample_episode(np.random.default_rng(args.scene_seed), cfg))
+    if args.write_scene:
+        print(f"scene written to {scene.save(args.write_scene)}")
     server = FakeAirSimServer(cfg, scene, host=args.host, port=args.port, image_size=tuple(args.image_size) if args.image_size else None)
     print(f"fake AirSim server on {server.host}:{server.port} (level {cfg.level}, "
-          f"{'empty arena' if scene is None else f'scene of seed {args.scene_seed}'}); Ctrl-C to stop", flush=True)
+          f"{len(scene.cylinders)} cylinders, {len(scene.boxes)} boxes); Ctrl-C to stop", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
