@@ -272,11 +272,13 @@ class BridgeClient:
         self._seq += 1
         return self._seq
 
-    def _send_by(self, payload: bytes, deadline_ns: int) -> bool:
+    def _send_by(self, payload: bytes, deadline_ns: int, *, fail_fast: bool = False) -> bool:
         """Send once a connection can take it; False if none could before the deadline.
 
         With ZMQ_IMMEDIATE a DEALER has no pipe until a connection is up, so a send right after
         connect() (or while the bridge is down) raises Again; POLLOUT says when one is ready.
+        ``fail_fast``: give up at once if the monitor says there is no TCP connection (the bridge
+        died or the link dropped) - waiting out the deadline would only delay the fail-safe.
         """
         sock = self._socket
         assert sock is not None
@@ -286,6 +288,8 @@ class BridgeClient:
                 sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)
                 return True
             except zmq.Again:
+                if fail_fast and not self.connected:
+                    return False
                 remaining_ms = (deadline_ns - time.perf_counter_ns()) // 1_000_000
                 if remaining_ms <= 0 or not sock.poll(remaining_ms, zmq.POLLOUT):
                     return False
@@ -453,7 +457,7 @@ class BridgeClient:
         )
         sent_ns = time.perf_counter_ns()
         deadline_ns = sent_ns + int(timeout_s * 1e9)
-        if not self._send_by(payload, deadline_ns):
+        if not self._send_by(payload, deadline_ns, fail_fast=True):
             return None
         answered = self._reply_by(seq, sent_ns, deadline_ns)
         if answered is None:

@@ -109,6 +109,7 @@ class ControlLink:
         self._in_outage = False
         self._last_reconnect = 0.0
         self.episode_outage = False  # set when an outage touches the current episode
+        self.free_running = True  # run_closed_loop clears it when it paces the loop itself
 
     # ------------------------------------------------------------------ events
 
@@ -169,9 +170,11 @@ class ControlLink:
 
     def _miss(self, deadline: float, why: str) -> None:
         now = time.monotonic()
-        if now < deadline:
-            time.sleep(deadline - now)  # a miss still takes its control period: no racing ahead while down
-        now = max(now, deadline)
+        if self.free_running and now < deadline:
+            # Unpaced loop: a miss still takes its deadline, so a dead bridge does not make the
+            # simulator race through hover steps. A paced loop sleeps in its own pacing instead.
+            time.sleep(deadline - now)
+            now = deadline
         self.stats.deadline_misses += 1
         self._streak_misses += 1
         if self._streak_start is None:
@@ -282,6 +285,7 @@ def run_closed_loop(
     hover = failsafe_action(cfg)
     rec = LoopRecord(link=link.stats)
     period_ns = int(1e9 / rate_hz) if rate_hz else 0
+    link.free_running = not period_ns
     t_start = time.perf_counter()
     rec.status_start = link.call("status", client.status)
     next_status = t_start + STATUS_PERIOD_S
