@@ -18,8 +18,11 @@ What it builds, cached in ``.cache/arm/`` of the repo (``AIRQ_ARM_CACHE`` overri
 The bridge then runs as ``qemu-aarch64-static -L rootfs -cpu cortex-a72 rootfs/usr/bin/python3.11``.
 The CPU model is always pinned: under qemu 7.2's default model (``max``: SVE, i8mm) onnxruntime's
 dynamic-int8 kernels return wrong logits; ``cortex-a72`` is a Raspberry Pi 4's core, so
-onnxruntime selects the kernels it would select on a Pi 4 (the CPU features it sees are the
-Cortex-A72's). Emulation is about 10x slower than native: timings say nothing about a Pi.
+onnxruntime selects the kernels it would select on a Pi 4 (the CPU features it sees, from
+getauxval, are the Cortex-A72's). ``AIRQ_ARM_CPU=cortex-a76`` (or ``--cpu``) emulates a Pi 5's
+core instead (dot-product int8 kernels), through ``rootfs-cortex-a76/``: links into ``rootfs/``
+with that core's ``proc/cpuinfo``. Emulation is about 10x slower than native: timings say nothing
+about a Pi (and the fp32/int8 speed ratio under emulation is distorted too).
 
 Preparation is idempotent (stamp files record the recipe and the wheel versions), holds a lock
 so concurrent callers wait for one build, and builds into a temporary directory renamed into
@@ -50,7 +53,7 @@ from firmware_bridge.launcher import BridgeStartError
 
 SUITE = "bookworm"  # Debian 12, like Raspberry Pi OS bookworm: Python 3.11, glibc 2.36
 GUEST_PYTHON = "usr/bin/python3.11"
-CPU = "cortex-a72"  # Raspberry Pi 4 (Pi 5 would be cortex-a76, with its own cpuinfo)
+CPU = "cortex-a72"  # Raspberry Pi 4, the default; cortex-a76 (Pi 5) with AIRQ_ARM_CPU (see CPUS)
 WHEEL_PLATFORM = "manylinux_2_28_aarch64"
 BRIDGE_DEPS = ("numpy", "onnxruntime", "pyzmq", "msgpack")  # exactly the bridge's dependencies (pyproject)
 RECIPE_VERSION = 1  # bump when the way rootfs/ is built changes: caches rebuild
@@ -74,24 +77,56 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AIRQ_ARM_CACHE") or REPO_ROOT / ".cache" / "arm").resolve()
 
 
-def cpuinfo_text(cores: int = 4) -> str:
-    """/proc/cpuinfo as a Raspberry Pi 4 (4x Cortex-A72) running a 64-bit kernel shows it.
+@dataclass(frozen=True)
+class CpuModel:
+    """A qemu -cpu model and the /proc/cpuinfo fields the Raspberry Pi with that core shows."""
+
+    name: str  # qemu -cpu
+    board: str
+    variant: str
+    part: str
+    revision: int
+    features: str
+
+
+CPUS = {
+    "cortex-a72": CpuModel("cortex-a72", "Raspberry Pi 4", "0x0", "0xd08", 3, "fp asimd evtstrm crc32 cpuid"),
+    # The Pi 5's core has the dot-product instructions (asimddp): onnxruntime picks other int8 kernels there.
+    "cortex-a76": CpuModel(
+        "cortex-a76", "Raspberry Pi 5", "0x4", "0xd0b", 1,
+        "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp",
+    ),  # fmt: skip
+}
+
+
+def cpuinfo_text(cpu: str = CPU, cores: int = 4) -> str:
+    """/proc/cpuinfo as a Raspberry Pi with this core (4 of them) running a 64-bit kernel shows it.
 
     The Model line says honestly what this is: firmware_bridge.device reports it as cpu_model.
     """
+    m = CPUS[cpu]
     block = (
         "processor\t: {i}\n"
         "BogoMIPS\t: 108.00\n"
-        "Features\t: fp asimd evtstrm crc32 cpuid\n"
+        f"Features\t: {m.features}\n"
         "CPU implementer\t: 0x41\n"
         "CPU architecture: 8\n"
-        "CPU variant\t: 0x0\n"
-        "CPU part\t: 0xd08\n"
-        "CPU revision\t: 3\n\n"
+        f"CPU variant\t: {m.variant}\n"
+        f"CPU part\t: {m.part}\n"
+        f"CPU revision\t: {m.revision}\n\n"
     )
+    label = m.name.replace("cortex-a", "Cortex-A")
     return "".join(block.format(i=i) for i in range(cores)) + (
-        "Model\t\t: Cortex-A72 emulated by qemu-aarch64 (airq hil.arm), not a Raspberry Pi\n"
+        f"Model\t\t: {label} emulated by qemu-aarch64 (airq hil.arm), not a {m.board}\n"
     )
+
+
+def selected_cpu(cpu: str | None = None) -> str:
+    """The argument, else AIRQ_ARM_CPU, else cortex-a72 (Pi 4); never qemu's default `max`."""
+    cpu = cpu or os.environ.get("AIRQ_ARM_CPU") or CPU
+    if cpu not in CPUS:
+        raise ArmSetupError(f"AIRQ_ARM_CPU={cpu!r} is not supported: choose one of {', '.join(CPUS)}")
+    return cpu
 
 
 # ---------------------------------------------------------------------------------------------- tools
@@ -255,8 +290,12 @@ def _rootfs_recipe() -> dict:
 
 @contextlib.contextmanager
 def _locked(cache: Path) -> Iterator[None]:
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock", "w") as fh:
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache / ".lock", os.O_RDONLY | os.O_CREAT, 0o644)  # read-only is enough for flock
+    except OSError as e:
+        raise ArmSetupError(f"cannot use the arm64 cache {cache}: {e.strerror} (AIRQ_ARM_CACHE picks another)") from None
+    with os.fdopen(fd) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -283,6 +322,12 @@ def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
     return r
 
 
+def _mkdtemp(prefix: str, cache: Path) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=cache))
+    tmp.chmod(0o755)  # prepared once as root, then used by anyone
+    return tmp
+
+
 def _replace_dir(tmp: Path, final: Path) -> None:
     if final.exists():
         old = final.with_name(final.name + f".old-{os.getpid()}")
@@ -295,7 +340,7 @@ def _build_rootfs(cache: Path, debootstrap: str) -> Path:
     if os.geteuid() != 0:
         raise ArmSetupError(f"building the arm64 root filesystem needs root (debootstrap): run `sudo {sys.executable} -m hil.arm prepare` once")
     mirror = debian_mirror()
-    tmp = Path(tempfile.mkdtemp(prefix="rootfs.tmp-", dir=cache))
+    tmp = _mkdtemp("rootfs.tmp-", cache)
     t0 = time.monotonic()
     _log(f"building a Debian {SUITE} arm64 root filesystem with Python 3.11 from {mirror} (one-off, ~1 min)")
     try:
@@ -337,9 +382,31 @@ def _build_rootfs(cache: Path, debootstrap: str) -> Path:
     return final
 
 
+def _cpu_view(cache: Path, rootfs: Path, cpu: str) -> Path:
+    """rootfs as seen with another CPU's cpuinfo: links to rootfs's top-level entries, its own proc/."""
+    final = cache / f"rootfs-{cpu}"
+    key = {"rootfs_built": (_read_stamp(rootfs) or {}).get("built"), "cpuinfo": hashlib.sha256(cpuinfo_text(cpu).encode()).hexdigest()[:12]}
+    stamp = _read_stamp(final)
+    if stamp is not None and all(stamp.get(k) == v for k, v in key.items()):
+        return final
+    tmp = _mkdtemp(f"rootfs-{cpu}.tmp-", cache)
+    try:
+        for entry in rootfs.iterdir():
+            if entry.name != "proc" and not entry.name.startswith("."):
+                (tmp / entry.name).symlink_to(Path("..") / rootfs.name / entry.name)
+        (tmp / "proc").mkdir()
+        (tmp / "proc" / "cpuinfo").write_text(cpuinfo_text(cpu))
+        _write_stamp(tmp, key)
+        _replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
 def _install_site(cache: Path, reqs: list[str]) -> Path:
     final = cache / f"site-{_site_key(reqs)}"
-    tmp = Path(tempfile.mkdtemp(prefix="site.tmp-", dir=cache))
+    tmp = _mkdtemp("site.tmp-", cache)
     t0 = time.monotonic()
     _log(f"installing aarch64 wheels ({', '.join(reqs)}) from PyPI")
     try:
@@ -370,14 +437,21 @@ def _verify(stack: ArmStack) -> dict:
     info = json.loads(r.stdout.strip().splitlines()[-1])
     if info.get("machine") != "aarch64":
         raise ArmSetupError(f"the emulated python reports machine {info.get('machine')!r}, expected aarch64")
+    if stack.cpu.replace("cortex-a", "Cortex-A") not in str(info.get("cpu_model")):
+        raise ArmSetupError(f"the emulated python reads cpu model {info.get('cpu_model')!r}, expected {stack.cpu}")
     return info
 
 
-def prepare(cache: Path | None = None, *, verify: bool = True) -> ArmStack:
-    """Build what is missing (root filesystem, wheels), reuse what is cached; return the stack."""
+def prepare(cache: Path | None = None, *, cpu: str | None = None, verify: bool = True) -> ArmStack:
+    """Build what is missing (root filesystem, wheels), reuse what is cached; return the stack
+    for this CPU model (default: AIRQ_ARM_CPU, else cortex-a72)."""
     cache = cache or cache_dir()
+    cpu = selected_cpu(cpu)
     with _locked(cache):
         for leftover in [*cache.glob("*.tmp-*"), *cache.glob("*.old-*")]:  # interrupted earlier builds
+            if leftover.is_symlink():
+                leftover.unlink()
+                continue
             shutil.rmtree(leftover, ignore_errors=True)
         rootfs = cache / "rootfs"
         stamp = _read_stamp(rootfs)
@@ -397,12 +471,15 @@ def prepare(cache: Path | None = None, *, verify: bool = True) -> ArmStack:
             for stale in cache.glob("site-*"):
                 if stale != site:
                     shutil.rmtree(stale, ignore_errors=True)
-        stack = ArmStack(rootfs=rootfs, site=site, qemu=qemu)
-        checked = cache / ".airq-verified"
+        if cpu != CPU:
+            rootfs = _cpu_view(cache, rootfs, cpu)
+        stack = ArmStack(rootfs=rootfs, site=site, qemu=qemu, cpu=cpu)
+        checked = cache / f".airq-verified-{cpu}"
         key = f"{(_read_stamp(rootfs) or {}).get('built')} {site.name}"
         if verify and (built or not checked.exists() or checked.read_text() != key):
             info = _verify(stack)
-            checked.write_text(key)
+            with contextlib.suppress(OSError):  # a cache prepared by root, used by a user: verify again next time
+                checked.write_text(key)
             _log(
                 f"checked: {info['machine']} python {info['python_version']}, onnxruntime {info['onnxruntime_version']}, "
                 f"numpy {info['numpy_version']}, pyzmq {info['pyzmq_version']}, msgpack {info['msgpack_version']}"
@@ -410,10 +487,11 @@ def prepare(cache: Path | None = None, *, verify: bool = True) -> ArmStack:
         return stack
 
 
-def emulated_bridge_command(argv: list[str]) -> list[str]:
+def emulated_bridge_command(argv: list[str], cpu: str | None = None) -> list[str]:
     """The argv after the python executable (``["-m", "firmware_bridge.serve", ...]``) -> the full command
-    that runs it as aarch64 under qemu, with the arm64 stack prepared or reused from the cache."""
-    return prepare().python_command(list(argv))
+    that runs it as aarch64 under qemu (CPU model: ``cpu``, else AIRQ_ARM_CPU, else cortex-a72), with
+    the arm64 stack prepared or reused from the cache."""
+    return prepare(cpu=cpu).python_command(list(argv))
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -421,6 +499,7 @@ def emulated_bridge_command(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hil.arm", description="The bridge's aarch64 stack under qemu emulation.")
+    p.add_argument("--cpu", choices=tuple(CPUS), help=f"qemu CPU model (default: AIRQ_ARM_CPU, else {CPU})")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare", help="build or reuse the arm64 root filesystem and wheels, and check them")
     sub.add_parser("command", help="print the command prefix that runs the guest python")
@@ -429,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # kill -TERM cleans up like Ctrl-C
     try:
-        stack = prepare()
+        stack = prepare(cpu=a.cpu)
     except ArmSetupError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

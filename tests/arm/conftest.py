@@ -28,6 +28,7 @@ from arm_helpers import (
 )
 
 from firmware_bridge.launcher import BridgeProcess
+from hil.arm import CPUS
 from hil.client import BridgeClient
 
 
@@ -116,22 +117,28 @@ def arm_stack():
     return prepare()
 
 
-def _bridge(emulated: bool) -> Iterator[BridgeClient]:
+def _bridge(emulated_cpu: str | None) -> Iterator[BridgeClient]:
     process = BridgeProcess(["--threads", "1", "--actuator", "mock"], startup_timeout_s=120)
-    if emulated:
+    if emulated_cpu:
         from hil.arm import emulated_bridge_command
 
         assert process.args[0] == sys.executable
-        process.args = emulated_bridge_command(process.args[1:])
+        process.args = emulated_bridge_command(process.args[1:], cpu=emulated_cpu)
     with process, BridgeClient(process.endpoint, timeout_s=5.0, load_timeout_s=120) as client:
         yield client
 
 
 @pytest.fixture(scope="session")
 def native_bridge() -> Iterator[BridgeClient]:
-    yield from _bridge(emulated=False)
+    yield from _bridge(None)
+
+
+@pytest.fixture(scope="session", params=list(CPUS))
+def emulated_cpu(request: pytest.FixtureRequest) -> str:
+    """cortex-a72 (Raspberry Pi 4: plain NEON int8 kernels) and cortex-a76 (Pi 5: dot-product kernels)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")
-def emulated_bridge(arm_stack) -> Iterator[BridgeClient]:
-    yield from _bridge(emulated=True)
+def emulated_bridge(arm_stack, emulated_cpu: str) -> Iterator[BridgeClient]:
+    yield from _bridge(emulated_cpu)

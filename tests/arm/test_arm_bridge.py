@@ -19,10 +19,10 @@ INT8_LOGIT_TOL = 0.05
 INT8_MIN_AGREEMENT = 0.995
 
 
-def test_emulated_bridge_is_aarch64_with_the_same_releases(native_bridge, emulated_bridge):
+def test_emulated_bridge_is_aarch64_with_the_same_releases(native_bridge, emulated_bridge, emulated_cpu):
     native, emulated = native_bridge.hello()["device"], emulated_bridge.hello()["device"]
     assert emulated["machine"] == "aarch64" and native["machine"] != "aarch64"
-    assert "Cortex-A72" in emulated["cpu_model"]
+    assert emulated_cpu.replace("cortex-a", "Cortex-A") in emulated["cpu_model"]
     for key in ("onnxruntime_version", "numpy_version", "pyzmq_version", "msgpack_version", "bridge_version"):
         assert emulated[key] == native[key], key
     FIGURES.append(
@@ -32,9 +32,11 @@ def test_emulated_bridge_is_aarch64_with_the_same_releases(native_bridge, emulat
     )
 
 
-def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated_bridge):
+def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated_bridge, emulated_cpu):
     n = len(recorded_obs)
-    FIGURES.append(f"{n} observations recorded from {RECORDING['episodes']} nav_env episodes (level default, seeds {RECORDING['seeds']})")
+    recorded = f"{n} observations recorded from {RECORDING['episodes']} nav_env episodes (level default, seeds {RECORDING['seeds']})"
+    if recorded not in FIGURES:
+        FIGURES.append(recorded)
     failures = []
     for p in policies:
         for client in (native_bridge, emulated_bridge):
@@ -50,14 +52,14 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
             spread = float(np.median(l_nat.max(axis=1) - l_nat.min(axis=1)))
             logit_text = f"max |logit diff| {max_diff:.2e} (median logit range {spread:.2f})"
         FIGURES.append(
-            f"{p.label:<18} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} differ), "
+            f"{emulated_cpu}: {p.label:<18} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} differ), "
             f"{logit_text}, emulated round trip p50 {np.median(rtt) / 1e3:.0f} us (native {np.median(rtt_nat) / 1e3:.0f} us)"
         )
         if p.precision == "fp32":
             if not (agree == 1.0 and max_diff <= FP32_LOGIT_TOL):
-                failures.append(f"{p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}")
+                failures.append(f"{emulated_cpu} {p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}")
         elif not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL):
-            failures.append(f"{p.label}: int8 agreement {agree:.4%} (need {INT8_MIN_AGREEMENT:.1%}), max logit diff {max_diff:.3g} (tol {INT8_LOGIT_TOL})")
+            failures.append(f"{emulated_cpu} {p.label}: int8 agreement {agree:.4%} (need {INT8_MIN_AGREEMENT:.1%}), max logit diff {max_diff:.3g} (tol {INT8_LOGIT_TOL})")
     assert not failures, "; ".join(failures)
 
 
@@ -84,3 +86,29 @@ def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm
     if agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL:
         pytest.skip(f"this qemu computes dynamic int8 correctly under -cpu max (max diff {max_diff:.2g})")
     assert agree < INT8_MIN_AGREEMENT or max_diff > INT8_LOGIT_TOL
+
+
+HWCAP_CODE = """
+import ctypes, json
+libc = ctypes.CDLL(None)
+libc.getauxval.restype = ctypes.c_ulong
+hwcap, hwcap2 = libc.getauxval(16), libc.getauxval(26)  # AT_HWCAP, AT_HWCAP2
+print(json.dumps({"asimd": bool(hwcap >> 1 & 1), "asimddp": bool(hwcap >> 20 & 1), "sve": bool(hwcap >> 22 & 1),
+                  "i8mm": bool(hwcap2 >> 13 & 1)}))
+"""
+
+
+@pytest.mark.parametrize(("cpu", "dotprod"), [("cortex-a72", False), ("cortex-a76", True)])
+def test_guest_sees_the_pi_cores_features(arm_stack, cpu, dotprod):
+    """onnxruntime picks its Arm kernels from these bits (getauxval): the Pi 4's core has no
+    dot-product instructions, the Pi 5's has; neither has SVE or i8mm (qemu's `max` has both)."""
+    import json
+    import subprocess
+
+    from hil.arm import prepare
+
+    r = subprocess.run(prepare(cpu=cpu).python_command(["-c", HWCAP_CODE]), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    caps = json.loads(r.stdout)
+    assert caps == {"asimd": True, "asimddp": dotprod, "sve": False, "i8mm": False}
+    FIGURES.append(f"{cpu}: guest CPU features {caps}")

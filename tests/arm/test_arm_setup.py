@@ -22,7 +22,19 @@ def test_cpuinfo_describes_a_cortex_a72():
     assert text.count("processor\t:") == 4
     assert text.count("CPU implementer\t: 0x41") == 4 and text.count("CPU part\t: 0xd08") == 4
     assert "Features\t: fp asimd evtstrm crc32 cpuid\n" in text
-    assert "not a Raspberry Pi" in text  # it says what it is: the bridge reports it as cpu_model
+    assert "not a Raspberry Pi 4" in text  # it says what it is: the bridge reports it as cpu_model
+    a76 = cpuinfo_text("cortex-a76")
+    assert a76.count("CPU part\t: 0xd0b") == 4 and " asimddp" in a76 and "not a Raspberry Pi 5" in a76
+
+
+def test_cpu_model_is_always_pinned(monkeypatch):
+    monkeypatch.delenv("AIRQ_ARM_CPU", raising=False)
+    assert arm.selected_cpu() == "cortex-a72"
+    monkeypatch.setenv("AIRQ_ARM_CPU", "cortex-a76")
+    assert arm.selected_cpu() == "cortex-a76" and arm.selected_cpu("cortex-a72") == "cortex-a72"
+    monkeypatch.setenv("AIRQ_ARM_CPU", "max")  # qemu's default model: wrong dynamic-int8 logits
+    with pytest.raises(ArmSetupError, match="cortex-a72, cortex-a76"):
+        arm.selected_cpu()
 
 
 def _apt(tmp_path: Path, files: dict[str, str]) -> Path:
