@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned to 2.13.0 (CPU build); the pin in pyproject keeps pip from pulling CUDA wheels.
 	# compat mode: the repo root goes on sys.path, so packages added later import without a reinstall
-	$(PY) -m pip install -q -e '.[host,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[host,dev,airsim]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)
