@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	# torch is pinned to 2.13.0 (CPU build); the pin in pyproject keeps pip from pulling CUDA wheels.
 	# compat mode: the repo root goes on sys.path, so packages added later import without a reinstall
 	$(PY) -m pip install -q -e '.[host,dev,airsim]' --config-settings editable_mode=compat
+	# Microsoft's AirSim client too, so the backend is tested against both clients; --no-deps keeps its
+	# msgpack-rpc-python from replacing msgpack 1.x (docs/airsim.md)
+	$(PY) -m pip install -q setuptools rpc-msgpack
+	$(PY) -m pip install -q --no-build-isolation --no-deps airsim==1.8.1
 	touch $(STAMP)
 
 demo: $(STAMP)
