@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.torch_threads} torch thread(s))")
     print(f"{'preset':<10}{'envs x steps':>14}{'batch':>7}{'epochs':>8}{'steps/s':>10}{'min/1M':>9}")
     for r in results:
-        print(f"{r['preset']:<10}{f'{r['num_envs']} x {r['n_steps']}':>14}{r['batch_size']:>7}{r['n_epochs']:>8}"
+        shape = f"{r['num_envs']} x {r['n_steps']}"
+        print(f"{r['preset']:<10}{shape:>14}{r['batch_size']:>7}{r['n_epochs']:>8}"
               f"{r['env_steps_per_s']:>10,.0f}{r['minutes_per_million_steps']:>9.1f}")
     if args.out:
         write_atomic(args.out, json.dumps({"results": results, "machine": info}, indent=1).encode())

@@ -64,6 +64,12 @@ class TrainConfig:
         level = Path(self.level).stem
         return Path(self.out or f"runs/{self.policy}_{self.algo}_{level}_s{self.seed}")
 
+    def env_config(self, curriculum: bool):
+        """The nav_env level config; evaluation always uses curriculum=False (goals over all zones)."""
+        from nav_env.config import load_level
+
+        return load_level(self.level, {"curriculum.enabled": curriculum})
+
     def validate(self) -> "TrainConfig":
         get_preset(self.policy)
         check_algorithm(self.algo)

@@ -17,7 +17,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from nav_env import env_id as level_env_id

@@ -17,16 +17,12 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
-from nav_env.config import load_level
 from nav_env.render import write_atomic
 from policies.config import TRAIN_SEED_BASE, TrainConfig, build_parser, from_run_dir, replace, resolve
 from policies.errors import UserError, run_cli
@@ -34,12 +30,8 @@ from policies.presets import get_preset
 from policies.vec_adapter import NavSB3VecEnv
 
 
-def env_config(cfg: TrainConfig, curriculum: bool):
-    return load_level(cfg.level, {"curriculum.enabled": curriculum})
-
-
 def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
-    venv = NavSB3VecEnv(cfg.num_envs, env_config(cfg, cfg.curriculum), graduate=cfg.curriculum_graduate)
+    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate)
     # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
     # episodes rather than replaying the first ones.
     venv.seed(TRAIN_SEED_BASE + cfg.seed * 1_000_000 + restart * 10_000)
@@ -118,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         if (run_dir / "state.json").exists():
             raise UserError(f"{run_dir} already holds a run: pass --resume to continue it or choose another --out")
         cfg = replace(cfg, out=str(run_dir))
-    env_config(cfg, False)  # fail early on a bad level
+    cfg.env_config(False)  # fail early on a bad level
     torch.set_num_threads(cfg.torch_threads)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "config.toml", cfg.to_toml().encode())

@@ -20,10 +20,8 @@ from policies.machine import machine_info
 
 def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
     """Deterministic actions of the deployable actor over seeded episodes (curriculum off, all zones)."""
-    from policies.train import env_config
-
     actor = actor_from_model(model)
-    results = list(run_episodes(torch_policy_fn(actor), env_config(cfg, False), episodes, seed, num_envs=32))
+    results = list(run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32))
     s = summarize(results)
     keys = ("success_rate", "success_ci95", "collision_rate", "timeout_rate", "mean_return", "mean_steps",
             "path_efficiency", "success_rate_by_zone")
