@@ -29,7 +29,7 @@ def test_distill_then_finetune(tiny_run, tmp_path):
     from policies.config import TrainConfig
     from policies.train import build_model, make_vec_env, warm_start
 
-    cfg = TrainConfig(policy="policy1", num_envs=2, progress=False)
+    cfg = TrainConfig(policy="policy1", num_envs=2, n_steps=128, batch_size=256, progress=False)
     fresh = build_model(cfg, make_vec_env(cfg), tb_dir=None)
     warm_start(fresh, str(student))
     _, s_model, _ = load_run(student)
