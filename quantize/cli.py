@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--per-channel", action="store_true")
     q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
     q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default="minmax")
+    q.add_argument("--no-split-input", action="store_true",
+                   help="one scale for the whole first layer (depth and state columns together)")
 
     i = sub.add_parser("inspect", help="print a model's interface, ops and quantization metadata")
     i.add_argument("model")
@@ -75,11 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--learning-rate", type=float, default=1e-4)
     t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--rounding", choices=("floor", "nearest"), default="floor",
+                   help="weight rounding: floor (the paper's formula) or nearest (the seed's code)")
 
     s = sub.add_parser("sweep", help="success rate per bit width x method (the seed's Figure 1)")
     s.add_argument("run_dir")
     s.add_argument("--bits", type=_bits, nargs="+", default=[8, 7, 6, 5, 4, 3, 2])
-    s.add_argument("--methods", nargs="+", choices=("ptq", "ptq-nearest", "ptq-weights", "qat"), default=["ptq", "qat"])
+    s.add_argument("--methods", nargs="+", choices=("ptq", "ptq-nearest", "ptq-weights", "qat", "qat-nearest"), default=["ptq", "qat"])
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--level", default=None)
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         from quantize.ptq import StaticInt8Options, quantize_file
 
         opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
-                                 keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method)
+                                 keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
+                                 split_input=not args.no_split_input)
         report = quantize_file(args.model, args.to, args.output, calibration_episodes=args.calibration_episodes,
                                seed=args.seed, level=args.level, heldout_episodes=args.heldout_episodes, options=opts)
         print(report.line())

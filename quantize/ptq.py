@@ -1,9 +1,11 @@
 """Post-training quantization of a policy ONNX file with onnxruntime.quantization.
 
 * ``int8``: static int8, weights and activations, ranges calibrated (MinMax) on observations from
-  seeded rollouts of the same policy. QOperator format (QLinearMatMul / QGemm), per-tensor, signed
-  int8 weights, unsigned int8 activations. The last layer (logits) stays fp32: quantizing it made
-  exact top-2 ties on up to 4.7% of inputs (measured here beforehand) at no speed gain.
+  seeded rollouts of the same policy. QOperator format (QGemm), per-tensor, signed int8 weights,
+  unsigned int8 activations. The first layer is split at the depth/state boundary first (exact fp32
+  rewrite, quantize.split_input) so depth and state columns get their own scales. The last layer
+  (logits) stays fp32: quantizing it made exact top-2 ties on up to 4.7% of inputs (measured here
+  beforehand) at no speed gain.
   Why QOperator and per-tensor: see docs/quantize.md (measured; QDQ and per-channel were slower here
   and no more accurate).
 * ``int8-dynamic``: weights int8, activations quantized on the fly per call (the seed's TFLite
@@ -35,6 +37,7 @@ class StaticInt8Options:
     per_channel: bool = False
     keep_last_layer_fp32: bool = True
     calibrate_method: str = "minmax"  # "minmax" or "percentile"
+    split_input: bool = True  # separate scales for the depth and state parts of the first layer
     extra: dict = field(default_factory=dict)
 
 
@@ -100,6 +103,12 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
     if len(calibration_obs) == 0:
         raise QuantizeError("calibration produced no observations")
     prepared = prepared_copy(src.model)
+    if opts.split_input:
+        from nav_env.config import N_STATE_FEATURES
+
+        from quantize.split_input import split_first_layer
+
+        split_first_layer(prepared, src.obs_dim - N_STATE_FEATURES)
     last = logits_layer(prepared) if opts.keep_last_layer_fp32 else None
     fmt = {"qoperator": QuantFormat.QOperator, "qdq": QuantFormat.QDQ}[opts.quant_format]
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}[opts.calibrate_method]
@@ -233,7 +242,7 @@ def quantize_file(
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
-    from nav_env.config import load_level
+    from nav_env.config import N_STATE_FEATURES, load_level
 
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED, collect_observations
     from quantize.model_io import load_policy, metadata_of, save_atomic, serialize
@@ -265,11 +274,13 @@ def quantize_file(
         out = quantize_static_int8(src, obs, opts)
         method = f"onnxruntime static int8 {opts.quant_format.upper()}, {'per-channel' if opts.per_channel else 'per-tensor'} " \
                  f"weights int8, activations uint8 calibrated ({opts.calibrate_method})" \
+                 f"{', first layer split depth/state' if opts.split_input else ''}" \
                  f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}"
         extra |= {"calibration_episodes": str(calibration_episodes), "calibration_seed": str(calib_seed),
                   "calibration_samples": str(len(obs)), "format": opts.quant_format,
                   "per_channel": str(opts.per_channel).lower(), "weight_type": "int8", "activation_type": "uint8",
                   "calibrate_method": opts.calibrate_method,
+                  "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]" if opts.split_input else "none",
                   "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else [])}
         bits, n_calib = 8, len(obs)
     elif target == "int8-dynamic":

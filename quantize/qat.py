@@ -57,7 +57,6 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
 
     from policies.actor import actor_from_model
     from policies.config import TRAIN_SEED_BASE, replace
-    from policies.train import env_config
     from policies.vec_adapter import NavSB3VecEnv
 
     if steps < 1 or delay < 0 or delay >= steps:
@@ -67,7 +66,7 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
     cfg, model, ckpt = _load(run_dir)
     float_actor = actor_from_model(model)
     cfg = replace(cfg, curriculum=False)
-    venv = NavSB3VecEnv(cfg.num_envs, env_config(cfg, False), graduate=True)
+    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(False), graduate=True)
     venv.seed(TRAIN_SEED_BASE + cfg.seed * 1_000_000 + QAT_SEED_OFFSET + bits * 1000 + seed)
     model.set_env(venv)
     model.learning_rate = learning_rate
@@ -156,15 +155,15 @@ def run_qat_cli(args) -> dict:
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     run_dir = Path(args.run_dir)
-    out = Path(args.out or run_dir / f"qat_{args.bits}bit")
-    res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads)
+    out = Path(args.out or run_dir / f"qat_{args.bits}bit{'' if args.rounding == 'floor' else '_' + args.rounding}")
+    res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding)
     cfg = load_level(res.run_cfg.level)
     torch.set_num_threads(1)
     ref = evaluate_actor(res.float_actor, cfg, args.episodes, 0)
     q = evaluate_actor(res.actor, cfg, args.episodes, 0)
     cmp = compare(ref, q)
     fp = compare(ref, ref)
-    report = {"run_dir": str(run_dir), "bits": res.bits, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
+    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": args.rounding, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
               "wall_s": round(res.wall_s, 1), "episodes": args.episodes, "eval_seed": 0, "level": res.run_cfg.level,
               "fp32_success_rate": fp["success_rate"], "qat": cmp}
     out.mkdir(parents=True, exist_ok=True)

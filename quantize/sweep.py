@@ -5,6 +5,7 @@ Methods (all with the seed's n-bit affine quantizer, per-tensor, logits not quan
   ptq-nearest  the same, weights rounded to nearest (the seed's public code, np.rint)
   ptq-weights  weights only, floor (the seed's PTQ quantized weights only)
   qat          QAT (quantize.qat): fine-tune with fake-quant weights (floor) + activations
+  qat-nearest  the same, weights rounded to nearest
 Every method and the fp32 actor play the same seeded episodes (seed + j), so each cell also gets a
 paired difference to fp32 (McNemar). Cells are cached in OUT/cells/, so an interrupted sweep resumes.
 """
@@ -19,7 +20,7 @@ import torch
 
 from quantize.errors import QuantizeError
 
-METHODS = ("ptq", "ptq-nearest", "ptq-weights", "qat")
+METHODS = ("ptq", "ptq-nearest", "ptq-weights", "qat", "qat-nearest")
 
 
 def _cell_path(out: Path, method: str, bits: int) -> Path:
@@ -64,7 +65,7 @@ def run_sweep(args) -> Path:
         for method in args.methods:
             path = _cell_path(out, method, bits)
             cell_params = params | {"method": method, "bits": bits}
-            if method == "qat":
+            if method.startswith("qat"):
                 cell_params |= {"qat_steps": args.qat_steps, "qat_delay": args.qat_delay}
             if path.is_file():
                 cached = json.loads(path.read_text())
@@ -72,8 +73,9 @@ def run_sweep(args) -> Path:
                     cells[(method, bits)] = cached
                     print(f"{method} {bits}-bit: cached {cached['success_rate']:.1%}", flush=True)
                     continue
-            if method == "qat":
-                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2)
+            if method.startswith("qat"):
+                rounding = "nearest" if method == "qat-nearest" else "floor"
+                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2, rounding=rounding)
                 torch.set_num_threads(1)
                 q_actor = res.actor
             else:
@@ -134,7 +136,9 @@ def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str
         if not pts:
             continue
         y = np.array([c["success_rate"] for _, c in pts]) * 100
-        err = np.array([[c["success_rate"] - c["success_ci95"][0], c["success_ci95"][1] - c["success_rate"]] for _, c in pts]).T * 100
+        # max(0, .): a Wilson bound at 0% or 100% can sit a rounding error past the estimate
+        err = np.array([[max(0.0, c["success_rate"] - c["success_ci95"][0]), max(0.0, c["success_ci95"][1] - c["success_rate"])]
+                        for _, c in pts]).T * 100
         ax.errorbar([b for b, _ in pts], y, yerr=err, marker=marker, capsize=3, label=m)
     ax.set_xlabel("bits (weights and activations; ptq-weights: weights only)")
     ax.set_ylabel("success rate (%)")

@@ -54,7 +54,9 @@ def test_interface_and_metadata(fp32_model, quantized_models, heldout_obs, targe
         assert meta["airq.quant.calibration_episodes"] == "6"
         assert meta["airq.quant.calibration_seed"] == "2000000"
         scales = json.loads(meta["airq.quant.layer_scales"])
-        assert "obs" in scales and all("scale" in v or "scale_min" in v for v in scales.values())
+        assert all("scale" in v or "scale_min" in v for v in scales.values())
+        # the first layer is split: depth and state inputs have their own scales
+        assert any(k.endswith("_split_depth") for k in scales) and any(k.endswith("_split_state") for k in scales)
     sess = session(path.read_bytes())
     assert [i.name for i in sess.get_inputs()] == ["obs"]
     assert [o.name for o in sess.get_outputs()][:2] == ["action", "logits"]
@@ -83,3 +85,16 @@ def test_card_from_metadata(quantized_models, tmp_path):
 
     text = build_card(quantized_models["int8"], [], None, "python -m quantize ptq X --to int8")
     assert "precision **int8**" in text and "calibration" in text and "sha256" in text
+
+
+def test_input_split_is_an_exact_fp32_rewrite(fp32_model, heldout_obs):
+    from quantize.model_io import load_policy, serialize
+    from quantize.ptq import prepared_copy
+    from quantize.split_input import split_first_layer
+
+    src = load_policy(fp32_model)
+    split, names = split_first_layer(prepared_copy(src.model), 1024)
+    ref_a, ref_l = run_logits(session(src.data), heldout_obs)
+    a, lg = run_logits(session(serialize(split)), heldout_obs)
+    assert np.array_equal(a, ref_a) and np.abs(lg - ref_l).max() < 1e-4
+    assert len(names) == 2
