@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-build-isolation --no-deps airsim==1.8.1
 	touch $(STAMP)
 
+# The main job: Policy I fp32 vs int8 in the closed loop, bridge as a local process with mock hardware.
 demo: $(STAMP)
-	$(PY) -m nav_env.demo --level default --episodes 4 --seed 0 --out out/demo
+	$(PY) -m hil.run --policy models/policy1_fp32.onnx --policy models/policy1_int8.onnx --sim-only \
+		--episodes 100 --level default --seed 0 --out out/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
