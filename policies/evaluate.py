@@ -3,6 +3,7 @@
     python -m policies.evaluate POLICY [POLICY ...] --episodes 200 --level default --seed 0
         [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME]
 
+POLICY may also be ``baseline:heuristic`` or ``baseline:random`` (nav_env's scripted baselines).
 Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up: for two or more policies
 the success-rate difference of each against the first comes with a paired interval and McNemar's
 exact p (nav_env.stats.paired_difference). Actions are deterministic (argmax). Writes NAME.json
@@ -143,7 +144,7 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("policy", nargs="+", help="run directory or ONNX file (any precision)")
+    p.add_argument("policy", nargs="+", help="run directory, ONNX file (any precision), or baseline:heuristic / baseline:random")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--episodes and --num-envs must be >= 1")
     torch.set_num_threads(1)
     cfg = load_level(args.level)
-    policies = [load_policy(spec, args.checkpoint) for spec in args.policy]
+    policies = [load_policy(spec, args.checkpoint, cfg) for spec in args.policy]
     for pol in policies:
         check_obs_dim(pol, cfg.obs_dim, cfg.level)
     unique_names(policies)

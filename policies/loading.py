@@ -16,19 +16,35 @@ from policies.errors import UserError
 class LoadedPolicy:
     name: str
     source: str
-    kind: str  # "run" or "onnx"
+    kind: str  # "run", "onnx" or "baseline"
     obs_dim: int
     act: Callable[[np.ndarray], np.ndarray]
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def load_policy(spec: str, checkpoint: str = "best") -> LoadedPolicy:
+BASELINE_PREFIX = "baseline:"
+
+
+def load_policy(spec: str, checkpoint: str = "best", cfg=None) -> LoadedPolicy:
+    """``spec``: a run directory, an ONNX file, or ``baseline:heuristic`` / ``baseline:random``
+    (nav_env's scripted baselines, for paired comparisons; needs the level config ``cfg``)."""
+    if spec.startswith(BASELINE_PREFIX):
+        return _load_baseline(spec[len(BASELINE_PREFIX):], cfg)
     path = Path(spec)
     if path.is_dir():
         return _load_run(path, checkpoint)
     if path.is_file():
         return load_onnx(path)
     raise UserError(f"policy not found: {spec} (expected a run directory or an .onnx file)")
+
+
+def _load_baseline(name: str, cfg) -> LoadedPolicy:
+    from nav_env.baselines import BASELINES
+
+    if name not in BASELINES:
+        raise UserError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_PREFIX + b for b in sorted(BASELINES))})")
+    return LoadedPolicy(name, BASELINE_PREFIX + name, "baseline", cfg.obs_dim, BASELINES[name](cfg),
+                        {"airq.precision": "-"})
 
 
 def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:

@@ -88,3 +88,10 @@ def test_cli_processes_exit_2_without_traceback(tmp_path):
         assert r.returncode == 2, (module, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+
+
+def test_evaluate_unknown_baseline(capsys):
+    from policies.evaluate import main
+
+    assert run_cli(main, ["baseline:teleport"]) == 2
+    assert "unknown baseline 'teleport'" in one_line_error(capsys)

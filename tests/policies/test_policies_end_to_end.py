@@ -47,3 +47,14 @@ def test_train_export_evaluate_cli(tmp_path):
     assert [r["policy"] for r in rows] == names
     assert (out / "e2e_episodes.csv").read_text().count("\n") == 1 + 2 * 12
     assert (out / "e2e.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_pairs_a_policy_with_the_scripted_baselines(tiny_onnx, tmp_path):
+    from policies.errors import run_cli
+    from policies.evaluate import main
+
+    assert run_cli(main, [str(tiny_onnx), "baseline:heuristic", "baseline:random", "--episodes", "6",
+                          "--out", str(tmp_path), "--name", "b"]) == 0
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert list(report["policies"]) == ["tiny_fp32.onnx", "heuristic", "random"]
+    assert set(report["paired_vs_first"]) == {"heuristic", "random"}
