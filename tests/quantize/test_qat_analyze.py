@@ -101,3 +101,32 @@ def test_analyze_writes_plots(fp32_model, tmp_path, capsys):
         assert 20 < r["sqnr_nearest_db"]["8"] - r["sqnr_nearest_db"]["4"] < 28
         assert r["sqnr_floor_db"]["8"] < r["sqnr_nearest_db"]["8"]
     assert (tmp_path / "weights.png").stat().st_size > 10_000 and (tmp_path / "sqnr.png").is_file()
+
+
+def test_sweep_writes_table_plot_and_caches_cells(tiny_run, tmp_path, capsys):
+    from quantize.cli import main
+    from quantize.errors import run_cli
+
+    argv = ["sweep", str(tiny_run), "--bits", "8", "3", "--methods", "ptq", "ptq-nearest", "--episodes", "4",
+            "--out", str(tmp_path)]
+    assert run_cli(main, argv) == 0
+    table = (tmp_path / "sweep.md").read_text()
+    assert "| 8 " in table and "| 3 " in table and "ptq-nearest" in table
+    assert (tmp_path / "sweep.png").stat().st_size > 5_000
+    cells = json.loads((tmp_path / "sweep.json").read_text())["cells"]
+    assert {(c["method"], c["bits"]) for c in cells} == {("ptq", 8), ("ptq", 3), ("ptq-nearest", 8), ("ptq-nearest", 3)}
+    capsys.readouterr()
+    assert run_cli(main, argv) == 0
+    assert capsys.readouterr().out.count("cached") == 4
+
+
+def test_bench_interleaves_and_reports_ratios(fp32_model, quantized_models, tmp_path, capsys):
+    from quantize.cli import main
+    from quantize.errors import run_cli
+
+    out = tmp_path / "bench.json"
+    assert run_cli(main, ["bench", str(fp32_model), str(quantized_models["int8"]), "--calls", "50", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "speedup p50" in text and "int8" in text
+    rows = json.loads(out.read_text())
+    assert [r["precision"] for r in rows] == ["fp32", "int8"] and all(r["calls"] == 50 for r in rows)
