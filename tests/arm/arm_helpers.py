@@ -10,7 +10,11 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("AIRQ_TEST_ARM") == "1"
-SHIPPED = {"fp32": REPO / "models" / "policy1_fp32.onnx", "int8": REPO / "models" / "policy1_int8.onnx"}
+MODELS = REPO / "models"
+# The shipped Policy I artifacts: fp32 and static int8 are the pair; the others are compared too
+# when present (int8-dynamic under the int8 criteria; fp16 reported, not judged: no criterion set for it).
+SHIPPED = {"fp32": MODELS / "policy1_fp32.onnx", "int8": MODELS / "policy1_int8.onnx"}
+SHIPPED_EXTRA = {"int8-dynamic": (MODELS / "policy1_int8-dynamic.onnx", "int8"), "fp16": (MODELS / "policy1_fp16.onnx", "fp16")}
 FIRST_SEED = 100  # rollouts (level default) from seeds 100, 101, ... whose observations both bridges see
 MIN_OBSERVATIONS = 2000  # so a 0.5% disagreement is 10 observations
 MAX_STEPS_PER_EPISODE = 300
@@ -24,8 +28,9 @@ RECORDING: dict = {}
 class PolicyUnderTest:
     label: str
     path: Path
-    precision: str  # fp32 or int8
+    precision: str  # fp32, int8 or fp16
     source: str  # "shipped" or "toy (...)"
+    dynamic: bool = False  # dynamic int8 (activations quantized per call)
 
 
 def static_int8(fp32: Path, out: Path, calibration: np.ndarray) -> None:

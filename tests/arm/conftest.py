@@ -21,6 +21,7 @@ from arm_helpers import (
     MIN_OBSERVATIONS,
     RECORDING,
     SHIPPED,
+    SHIPPED_EXTRA,
     PolicyUnderTest,
     dynamic_int8,
     static_int8,
@@ -56,36 +57,45 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 # ---------------------------------------------------------------------------------------- policies
 
 
+def shipped_present() -> bool:
+    return all(p.is_file() for p in SHIPPED.values())
+
+
 @pytest.fixture(scope="session")
 def policies(tmp_path_factory: pytest.TempPathFactory, recorded_obs: np.ndarray) -> list[PolicyUnderTest]:
-    """The shipped Policy I artifacts when present; otherwise (and always, for the kernels they
-    exercise) a toy MLP of the same contract, with a static and a dynamic int8 version."""
-    out: list[PolicyUnderTest] = []
-    if all(p.is_file() for p in SHIPPED.values()):
-        out += [PolicyUnderTest(f"policy1_{k}", p, k, "shipped") for k, p in SHIPPED.items()]
+    """The shipped Policy I artifacts when present; otherwise a toy MLP of the same contract
+    (1032 -> 256 -> 25) with a static int8 and a dynamic int8 version made here."""
+    if shipped_present():
+        out = [PolicyUnderTest(f"policy1_{k}", p, k, "shipped") for k, p in SHIPPED.items()]
+        out += [
+            PolicyUnderTest(f"policy1_{k}", p, precision, "shipped", dynamic="dynamic" in k)
+            for k, (p, precision) in SHIPPED_EXTRA.items()
+            if p.is_file()
+        ]
+        return out
     d = tmp_path_factory.mktemp("arm_policies")
     fp32, static, dynamic = d / "toy_fp32.onnx", d / "toy_int8_static.onnx", d / "toy_int8_dynamic.onnx"
     fp32.write_bytes(toy_model())
     static_int8(fp32, static, recorded_obs[::4])
     dynamic_int8(fp32, dynamic)
-    reason = "toy MLP 1032-256-25" + ("" if out else "; models/policy1_{fp32,int8}.onnx not found")
-    out += [
+    reason = "toy MLP 1032-256-25: models/policy1_{fp32,int8}.onnx not found"
+    return [
         PolicyUnderTest("toy_fp32", fp32, "fp32", reason),
         PolicyUnderTest("toy_int8_static", static, "int8", reason),
-        PolicyUnderTest("toy_int8_dynamic", dynamic, "int8", reason),
+        PolicyUnderTest("toy_int8_dynamic", dynamic, "int8", reason, dynamic=True),
     ]
-    return out
 
 
 @pytest.fixture(scope="session")
 def recorded_obs() -> np.ndarray:
-    """Observations from seeded nav_env rollouts (level default), flown by the toy fp32 policy with
-    some random actions mixed in so the episodes differ; float32 [N, 1032]."""
+    """Observations from seeded nav_env rollouts (level default), flown by the shipped fp32 policy
+    (the toy one if absent) with 10% random actions mixed in so the episodes differ; float32 [N, 1032]."""
     import onnxruntime as ort
 
     from nav_env import NavEnv
 
-    session = ort.InferenceSession(toy_model(), providers=["CPUExecutionProvider"])
+    model = SHIPPED["fp32"].read_bytes() if shipped_present() else toy_model()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     env = NavEnv("default")
     rng = np.random.default_rng(0)
     rows: list[np.ndarray] = []
@@ -95,7 +105,7 @@ def recorded_obs() -> np.ndarray:
         seed += 1
         for _ in range(MAX_STEPS_PER_EPISODE):
             rows.append(np.asarray(obs, dtype=np.float32))
-            if rng.random() < 0.3:
+            if rng.random() < 0.1:
                 action = int(rng.integers(env.action_space.n))
             else:
                 action = int(session.run(["action"], {"obs": rows[-1][None]})[0][0])
@@ -103,7 +113,8 @@ def recorded_obs() -> np.ndarray:
             if terminated or truncated:
                 break
     env.close()
-    RECORDING.update(episodes=seed - FIRST_SEED, seeds=f"{FIRST_SEED}-{seed - 1}")
+    flown_by = "policy1_fp32" if shipped_present() else "toy fp32"
+    RECORDING.update(episodes=seed - FIRST_SEED, seeds=f"{FIRST_SEED}-{seed - 1}", policy=flown_by)
     return np.stack(rows)
 
 

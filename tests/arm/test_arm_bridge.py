@@ -13,8 +13,9 @@ from arm_helpers import FIGURES, RECORDING, run_all
 pytestmark = pytest.mark.arm
 
 FP32_LOGIT_TOL = 1e-5
-# int8: the Arm (NEON) and x86 (AVX2/AVX-512) integer kernels round differently; the
-# dequantized logits differ by at most a few quantization steps. Measured max here: see FIGURES.
+# int8: the Arm (NEON, dot-product) and x86 (AVX2/AVX-512) integer kernels may round differently; the
+# dequantized logits may then differ by a few quantization steps. Measured here: 0 for static int8,
+# 0.016 for Policy I's dynamic int8 (median logit range 17); see the figures the run prints.
 INT8_LOGIT_TOL = 0.05
 INT8_MIN_AGREEMENT = 0.995
 
@@ -34,31 +35,39 @@ def test_emulated_bridge_is_aarch64_with_the_same_releases(native_bridge, emulat
 
 def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated_bridge, emulated_cpu):
     n = len(recorded_obs)
-    recorded = f"{n} observations recorded from {RECORDING['episodes']} nav_env episodes (level default, seeds {RECORDING['seeds']})"
+    recorded = (f"{n} observations recorded from {RECORDING['episodes']} nav_env episodes (level default, seeds "
+                f"{RECORDING['seeds']}, flown by {RECORDING['policy']} with 10% random actions)")  # fmt: skip
     if recorded not in FIGURES:
         FIGURES.append(recorded)
     failures = []
+    reference = None  # native fp32 actions: how far each other precision is from fp32, natively and emulated
     for p in policies:
         for client in (native_bridge, emulated_bridge):
             info = client.load_policy(p.path)
             assert info["action_kind"] == "discrete" and info["obs_dim"] == recorded_obs.shape[1]
         a_nat, l_nat, rtt_nat = run_all(native_bridge, recorded_obs)
         a_emu, l_emu, rtt = run_all(emulated_bridge, recorded_obs)
+        if p.precision == "fp32" and reference is None:
+            reference = a_nat
         agree = float(np.mean(a_nat == a_emu))
         if l_nat is None or l_emu is None:  # a policy without a logits output: actions only
             max_diff, logit_text = 0.0, "no logits output (actions compared only)"
         else:
             max_diff = float(np.max(np.abs(l_nat - l_emu)))
             spread = float(np.median(l_nat.max(axis=1) - l_nat.min(axis=1)))
-            logit_text = f"max |logit diff| {max_diff:.2e} (median logit range {spread:.2f})"
+            logit_text = f"max |logit diff| {max_diff:.3g} (median logit range {spread:.1f})"
+        vs_fp32 = ""
+        if p.precision != "fp32" and reference is not None:
+            vs_fp32 = f"; same action as fp32: native {np.mean(a_nat == reference):.2%}, emulated {np.mean(a_emu == reference):.2%}"
         FIGURES.append(
-            f"{emulated_cpu}: {p.label:<18} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} differ), "
-            f"{logit_text}, emulated round trip p50 {np.median(rtt) / 1e3:.0f} us (native {np.median(rtt_nat) / 1e3:.0f} us)"
+            f"{emulated_cpu}: {p.label} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} "
+            f"differ), {logit_text}{vs_fp32}; round trip p50 emulated {np.median(rtt) / 1e3:.0f} us, native "
+            f"{np.median(rtt_nat) / 1e3:.0f} us" + ("" if p.precision in ("fp32", "int8") else " (reported, not judged)")
         )
         if p.precision == "fp32":
             if not (agree == 1.0 and max_diff <= FP32_LOGIT_TOL):
                 failures.append(f"{emulated_cpu} {p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}")
-        elif not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL):
+        elif p.precision == "int8" and not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL):
             failures.append(f"{emulated_cpu} {p.label}: int8 agreement {agree:.4%} (need {INT8_MIN_AGREEMENT:.1%}), max logit diff {max_diff:.3g} (tol {INT8_LOGIT_TOL})")
     assert not failures, "; ".join(failures)
 
@@ -72,7 +81,7 @@ def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm
     from firmware_bridge.launcher import BridgeProcess
     from hil.client import BridgeClient
 
-    (p,) = [p for p in policies if p.label == "toy_int8_dynamic"]
+    p = next(p for p in policies if p.dynamic)
     obs = recorded_obs[::8]
     native_bridge.load_policy(p.path)
     a_nat, l_nat, _ = run_all(native_bridge, obs)
@@ -82,10 +91,14 @@ def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm
         client.load_policy(p.path)
         a_max, l_max, _ = run_all(client, obs)
     agree, max_diff = float(np.mean(a_nat == a_max)), float(np.max(np.abs(l_nat - l_max)))
-    FIGURES.append(f"control, -cpu max (unpinned): {p.label} actions identical {agree:.2%}, max |logit diff| {max_diff:.2f}: caught")
-    if agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL:
+    caught = not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL)
+    FIGURES.append(
+        f"control, -cpu max (qemu's default, never used by hil.arm): {p.label} actions identical {agree:.2%}, "
+        f"max |logit diff| {max_diff:.2f}: " + ("caught by the comparison" if caught else "not reproduced")
+    )
+    if not caught:
         pytest.skip(f"this qemu computes dynamic int8 correctly under -cpu max (max diff {max_diff:.2g})")
-    assert agree < INT8_MIN_AGREEMENT or max_diff > INT8_LOGIT_TOL
+    assert caught
 
 
 HWCAP_CODE = """
