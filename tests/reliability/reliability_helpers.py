@@ -65,8 +65,23 @@ class RawDealer:
             curve.apply(self.socket)
         self.socket.connect(endpoint)
 
-    def send_frames(self, frames: list[bytes]) -> None:
-        self.socket.send_multipart(frames)
+    def send_frames(self, frames: list[bytes], timeout_ms: int = 5000) -> bool:
+        """Queue the frames; False if no connection would take them within timeout_ms.
+
+        A DEALER blocks on send while it has no pipe (e.g. its CurveZMQ handshake was refused),
+        so never send blocking: a test must not hang on the very thing it checks.
+        """
+        try:
+            self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            if not self.socket.poll(timeout_ms, zmq.POLLOUT):
+                return False
+            try:
+                self.socket.send_multipart(frames, flags=zmq.NOBLOCK)
+                return True
+            except zmq.Again:
+                return False
 
     def receive(self, timeout_ms: int) -> list[bytes] | None:
         if not self.socket.poll(timeout_ms):
@@ -74,7 +89,8 @@ class RawDealer:
         return self.socket.recv_multipart()
 
     def call(self, message: dict[str, Any], timeout_ms: int = 5000) -> dict[str, Any] | None:
-        self.send_frames([b"", pack(message)])
+        if not self.send_frames([b"", pack(message)], timeout_ms):
+            return None
         frames = self.receive(timeout_ms)
         return None if frames is None else unpack(frames[-1])
 

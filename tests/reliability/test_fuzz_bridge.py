@@ -189,7 +189,7 @@ def test_ten_thousand_hostile_messages_then_a_valid_act(bridge: BridgeProcess, m
     )
     @given(envelope=envelopes(), payload=payloads(model))
     def send_one(envelope: list[bytes], payload: bytes) -> None:
-        dealer.send_frames([*envelope, payload])
+        assert dealer.send_frames([*envelope, payload], REPLY_TIMEOUT_MS), "bridge connection gone"
         frames = dealer.receive(REPLY_TIMEOUT_MS)
         assert frames is not None, f"no reply to {payload[:80]!r} (bridge alive: {bridge.alive})"
         reply = check_reply(frames, envelope)
@@ -218,7 +218,7 @@ def test_transport_limit_drops_oversize_and_raw_tcp_garbage(bridge: BridgeProces
     """Past limit + slack ZeroMQ cuts the connection unread; non-ZMTP bytes on the port are dropped too."""
     for size in (LIMIT + TRANSPORT_SLACK_BYTES + 1, 4 * TRANSPORT_SLACK_BYTES):
         flood = RawDealer(bridge.endpoint)
-        flood.send_frames([b"", b"\0" * size])
+        assert flood.send_frames([b"", b"\0" * size])
         assert flood.receive(500) is None  # dropped, never answered
         flood.close()
     host, port = bridge.endpoint.rsplit(":", 1)
