@@ -56,10 +56,27 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
                        "deterministic": True, **{k: s[k] for k in (
                            "success_rate", "success_ci95", "collision_rate", "timeout_rate", "mean_return",
                            "mean_steps", "path_efficiency", "success_rate_by_zone")}},
+        "paired_comparisons": [
+            {k: d[k] for k in ("first", "second", "n", "diff", "low", "high", "only_first", "only_second", "mcnemar_p")}
+            | {"second_success_rate": report["policies"][d["second"]]["summary"]["success_rate"],
+               "second_success_ci95": report["policies"][d["second"]]["summary"]["success_ci95"]}
+            for d in report.get("paired_vs_first", {}).values()
+        ],
         "periodic_evals": [{k: e[k] for k in ("timesteps", "wall_s", "success_rate") if k in e}
                            for e in metrics.get("evals", [])],
         "notes": notes,
     }
+
+
+def _comparison_lines(card: dict) -> list[str]:
+    lines = []
+    for d in card["paired_comparisons"]:
+        lo, hi = d["second_success_ci95"]
+        lines += ["", f"Paired on the same {d['n']} episodes, {d['second']} succeeds {d['second_success_rate']:.1%} "
+                      f"({lo:.1%} - {hi:.1%}): this model minus {d['second']} = {-d['diff']:+.1%} "
+                      f"(95% CI {-d['high']:+.1%} to {-d['low']:+.1%}; episodes only this model solves {d['only_first']}, "
+                      f"only {d['second']} {d['only_second']}; McNemar exact p = {d['mcnemar_p']:.2g})."]
+    return lines
 
 
 def to_markdown(card: dict) -> str:
@@ -82,6 +99,7 @@ def to_markdown(card: dict) -> str:
         f"{ev['mean_return']:.2f} | {ev['mean_steps']:.1f} | {ev['path_efficiency']:.2f} |",
         "",
         "Success by goal zone: " + ", ".join(f"zone {z} {v:.1%}" for z, v in ev["success_rate_by_zone"].items()),
+        *_comparison_lines(card),
         "",
         "## Training",
         f"- seed {card['seed']}; checkpoint `{card['checkpoint']}` at {card['train_steps_of_checkpoint']:,} env steps "
