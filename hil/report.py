@@ -142,7 +142,7 @@ def summarize_run(
             "model_rss_bytes": end.get("model_rss_delta_bytes"),
             "samples": [[round(t, 4), rss, peak] for t, rss, peak in rec.memory],
         },
-        "device_counters": {"acts": (end.get("counters") or {}).get("acts"), "errors": (end.get("counters") or {}).get("errors")},
+        "device_counters": {k: (end.get("counters") or {}).get(k) for k in ("acts", "errors", "holds")},
         "act_seq_increasing": bool(acts < 2 or np.all(np.diff(seqs) > 0)),
         "episodes": rows,
     }
