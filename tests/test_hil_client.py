@@ -248,3 +248,41 @@ def test_bridge_gone_mid_session_is_reported_as_refused(model: bytes) -> None:
             client.act(np.zeros(OBS_DIM))
         assert "connection refused" in str(info.value)
         client.close()
+
+
+def test_act_within_misses_on_time_and_drops_the_late_reply() -> None:
+    """A reply later than the deadline is a miss (None), and when it finally comes it is discarded by seq."""
+
+    def slow_first_act(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        if index == 0:
+            time.sleep(0.3)  # the first act's reply comes 300 ms late
+        reply_with(router, frames, action=index, setpoint=None, logits=None, infer_ns=1, recv_ns=1, send_ns=2)
+
+    endpoint, stop, thread = scripted_peer(slow_first_act)
+    try:
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client:
+            client.hello_reply = {"max_message_bytes": 1 << 20}
+            assert client.connection_count() >= 0
+            start = time.monotonic()
+            assert client.act_within(np.zeros(OBS_DIM), 0.1) is None
+            assert 0.09 <= time.monotonic() - start < 0.25  # gave up at the deadline, not later
+            result = client.act_within(np.zeros(OBS_DIM), 2.0)
+            assert result is not None and result.action == 1  # the late reply to act 0 was skipped
+            assert client.stale_replies == 1 and client.retries == 0
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_act_within_fails_fast_when_the_bridge_is_gone(model: bytes) -> None:
+    with BridgeProcess() as short_lived:
+        client = BridgeClient(short_lived.endpoint, timeout_s=2.0, retries=0)
+        client.load_policy(model)
+        assert client.act_within(np.zeros(OBS_DIM), 1.0) is not None
+        short_lived.stop()
+        time.sleep(0.2)  # the disconnect reaches the client's monitor
+        start = time.monotonic()
+        assert client.act_within(np.zeros(OBS_DIM), 1.0) is None
+        assert time.monotonic() - start < 0.5  # no pipe and no connection: fail-safe at once, not after 1 s
+        assert client.disconnects >= 1
+        client.close()

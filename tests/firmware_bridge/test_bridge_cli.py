@@ -146,3 +146,28 @@ def test_bench_table_and_missing_policy(tmp_path: Path) -> None:
         "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout and "REQ client" in result.stdout
     )
     assert_usage_error(run_module("firmware_bridge.bench", "--policy", str(tmp_path / "nope.onnx")), "nope.onnx")
+
+
+def test_keys_cli_and_curve_flags(tmp_path: Path) -> None:
+    made = run_module("firmware_bridge.keys", str(tmp_path / "keys"), "bridge", "host")
+    assert made.returncode == 0, made.stderr
+    for name in ("bridge.key", "bridge.key_secret", "host.key", "host.key_secret"):
+        assert (tmp_path / "keys" / name).is_file()
+    assert_usage_error(run_module("firmware_bridge.keys", str(tmp_path / "keys"), "bridge"), "exists")
+    assert_usage_error(
+        run_module("firmware_bridge.serve", "--curve-secret", str(tmp_path / "keys" / "bridge.key_secret")),
+        "--curve-clients",
+    )
+    empty = tmp_path / "nobody"
+    empty.mkdir()
+    assert_usage_error(
+        run_module("firmware_bridge.serve", "--bind", "tcp://127.0.0.1:*", "--curve-secret",
+                   str(tmp_path / "keys" / "bridge.key_secret"), "--curve-clients", str(empty)),
+        "no client keys",
+    )
+    unit = run_module("firmware_bridge.systemd", "--curve-secret", "keys/bridge.key_secret", "--curve-clients", "keys/clients")
+    assert unit.returncode == 0 and "UNAUTHENTICATED" not in unit.stderr
+    exec_line = next(line for line in unit.stdout.splitlines() if line.startswith("ExecStart="))
+    argv = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert Path(argv[argv.index("--curve-secret") + 1]).is_absolute()
+    assert "UNAUTHENTICATED" in run_module("firmware_bridge.systemd").stderr

@@ -285,3 +285,22 @@ def test_mock_flight_controller_holds_when_acts_stop(
 def test_sigterm_stops_bridge_cleanly(bridge: Any) -> None:
     assert bridge.stop() == 0
     assert "stopped after" in bridge.stderr_text()
+
+
+def test_watchdog_holds_within_its_timeout_and_before_a_policy_upload(
+    start_bridge: Any, discrete_model_file: Path, other_discrete_model: bytes, obs: np.ndarray
+) -> None:
+    """The hold comes no later than timeout + one poll period; an upload (which stalls the loop) holds first."""
+    bridge = start_bridge("--policy", str(discrete_model_file), "--hold-timeout-ms", "200")
+    client = RawClient(bridge.endpoint)
+    act_ok(client, obs, 1)
+    status = wait_for_status(client, lambda s: s["counters"]["holds"] == 1)
+    actuator = status["actuator"]
+    late_ns = actuator["last_hold_ns"] - actuator["last_command_ns"]
+    assert 200_000_000 <= late_ns <= (200 + 50 + 100) * 1_000_000  # timeout + poll period + scheduling slack
+    act_ok(client, obs, 2)  # flying again
+    reply = client.call(load_policy_request(3, other_discrete_model, name="swap"))
+    assert reply["type"] == "load_policy"
+    status = client.call(status_request(4))
+    assert status["counters"]["holds"] == 2 and status["actuator"]["holding"]
+    client.close()
