@@ -125,7 +125,7 @@ def selected_cpu(cpu: str | None = None) -> str:
     """The argument, else AIRQ_ARM_CPU, else cortex-a72 (Pi 4); never qemu's default `max`."""
     cpu = cpu or os.environ.get("AIRQ_ARM_CPU") or CPU
     if cpu not in CPUS:
-        raise ArmSetupError(f"AIRQ_ARM_CPU={cpu!r} is not supported: choose one of {', '.join(CPUS)}")
+        raise ArmSetupError(f"CPU model {cpu!r} (AIRQ_ARM_CPU / --cpu) is not supported: choose one of {', '.join(CPUS)}")
     return cpu
 
 
