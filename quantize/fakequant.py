@@ -48,6 +48,9 @@ class ActivationQuant(nn.Module):
         self.bits = check_bits(bits)
         self.register_buffer("lo", torch.tensor(float("inf")))
         self.register_buffer("hi", torch.tensor(float("-inf")))
+        # per-feature mean of what passes through (for bias correction); sized on first use
+        self.register_buffer("mean", torch.zeros(0))
+        self.register_buffer("count", torch.tensor(0.0))
         self.observing, self.frozen = True, False
 
     def params(self) -> AffineParams:
@@ -58,6 +61,12 @@ class ActivationQuant(nn.Module):
             d = x.detach()
             self.lo = torch.minimum(self.lo, d.min())
             self.hi = torch.maximum(self.hi, d.max())
+            d2 = d.reshape(-1, d.shape[-1])
+            if self.mean.numel() != d2.shape[1]:
+                self.mean, self.count = torch.zeros(d2.shape[1]), torch.tensor(0.0)
+            n = self.count + d2.shape[0]
+            self.mean = self.mean + (d2.sum(0) - d2.shape[0] * self.mean) / n
+            self.count = n
         if not self.frozen:
             return x
         p = self.params()
@@ -150,7 +159,31 @@ def freeze_and_quantize(module: nn.Module) -> None:
         lin.enabled = True
 
 
-def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048) -> None:
+def correct_biases(body: QuantBody, head: QuantLinear) -> None:
+    """Bias correction (Nagel et al. 2019, "Data-free quantization"): add (W - W_hat) E[x] to each
+    layer's bias, E[x] being the mean input monitored before freezing, so the quantized layer's
+    expected output matches the float one. It cancels the floor's systematic -delta/2 shift, which
+    otherwise drives every first-layer ReLU negative (dead units pass no gradient, so QAT alone
+    cannot recover from it)."""
+    if body.input_quant is None:
+        raise ValueError("bias correction needs activation quantizers (their monitored means)")
+    pending: list[tuple[QuantLinear, ActivationQuant]] = []
+    prev = body.input_quant
+    for m in body.layers:
+        if isinstance(m, ActivationQuant):
+            prev = m
+        elif isinstance(m, QuantLinear):
+            pending.append((m, prev))
+    pending.append((head, prev))
+    with torch.no_grad():
+        for lin, q in pending:
+            if q.mean.numel() != lin.linear.in_features or lin.linear.bias is None:
+                raise RuntimeError("bias correction: no monitored input mean for a layer")
+            w = lin.linear.weight
+            lin.linear.bias += (w - fake_quant_weight(w, lin.bits, lin.rounding)) @ q.mean
+
+
+def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048, bias_correction: bool = False) -> None:
     """PTQ: record activation ranges on observations (float weights, as the deployed model sees
     them before quantization), then freeze and quantize."""
     start_observing(actor)
@@ -159,4 +192,6 @@ def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048) -> No
     with torch.no_grad():
         for i in range(0, len(obs), batch):
             actor(obs[i : i + batch])
+    if bias_correction:
+        correct_biases(actor.body, actor.head)
     freeze_and_quantize(actor)

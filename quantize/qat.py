@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from quantize.errors import QuantizeError
-from quantize.fakequant import FakeQuantActor, QuantBody, QuantLinear, freeze_and_quantize
+from quantize.fakequant import FakeQuantActor, QuantBody, QuantLinear, correct_biases, freeze_and_quantize
 
 QAT_SEED_OFFSET = 900_000  # training seeds: TRAIN_SEED_BASE + run seed * 1M + 900k + bits * 1000
 
@@ -52,7 +52,8 @@ def _load(run_dir: str | Path):
 
 
 def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 300_000, learning_rate: float = 1e-4,
-              seed: int = 0, threads: int = 2, rounding: str = "floor", progress: bool = True) -> QatResult:
+              seed: int = 0, threads: int = 2, rounding: str = "floor", progress: bool = True,
+              bias_correction: bool = False) -> QatResult:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from policies.actor import actor_from_model
@@ -83,6 +84,8 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
 
         def _on_rollout_end(self) -> None:
             if state["froze_at"] < 0 and self.num_timesteps >= delay:
+                if bias_correction:
+                    correct_biases(body, head)
                 freeze_and_quantize(body)
                 freeze_and_quantize(head)
                 state["froze_at"] = int(self.num_timesteps)
@@ -93,6 +96,8 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
     model.learn(steps, callback=Freeze(), reset_num_timesteps=True, progress_bar=False)
     venv.close()
     if state["froze_at"] < 0:  # steps ended before a rollout boundary passed the delay
+        if bias_correction:
+            correct_biases(body, head)
         freeze_and_quantize(body)
         freeze_and_quantize(head)
         state["froze_at"] = int(model.num_timesteps)
@@ -155,15 +160,17 @@ def run_qat_cli(args) -> dict:
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     run_dir = Path(args.run_dir)
-    out = Path(args.out or run_dir / f"qat_{args.bits}bit{'' if args.rounding == 'floor' else '_' + args.rounding}")
-    res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding)
+    out = Path(args.out or run_dir / f"qat_{args.bits}bit{'' if args.rounding == 'floor' else '_' + args.rounding}"
+                                     f"{'_bc' if args.bias_correction else ''}")
+    res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding,
+                    bias_correction=args.bias_correction)
     cfg = load_level(res.run_cfg.level)
     torch.set_num_threads(1)
     ref = evaluate_actor(res.float_actor, cfg, args.episodes, 0)
     q = evaluate_actor(res.actor, cfg, args.episodes, 0)
     cmp = compare(ref, q)
     fp = compare(ref, ref)
-    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": args.rounding, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
+    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": args.rounding, "bias_correction": args.bias_correction, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
               "wall_s": round(res.wall_s, 1), "episodes": args.episodes, "eval_seed": 0, "level": res.run_cfg.level,
               "fp32_success_rate": fp["success_rate"], "qat": cmp}
     out.mkdir(parents=True, exist_ok=True)

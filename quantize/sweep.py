@@ -6,6 +6,7 @@ Methods (all with the seed's n-bit affine quantizer, per-tensor, logits not quan
   ptq-weights  weights only, floor (the seed's PTQ quantized weights only)
   qat          QAT (quantize.qat): fine-tune with fake-quant weights (floor) + activations
   qat-nearest  the same, weights rounded to nearest
+  ptq-bc, qat-bc  ptq / qat (floor) with bias correction at the freeze (quantize.fakequant.correct_biases)
 Every method and the fp32 actor play the same seeded episodes (seed + j), so each cell also gets a
 paired difference to fp32 (McNemar). Cells are cached in OUT/cells/, so an interrupted sweep resumes.
 """
@@ -20,7 +21,7 @@ import torch
 
 from quantize.errors import QuantizeError
 
-METHODS = ("ptq", "ptq-nearest", "ptq-weights", "qat", "qat-nearest")
+METHODS = ("ptq", "ptq-nearest", "ptq-weights", "ptq-bc", "qat", "qat-nearest", "qat-bc")
 
 
 def _cell_path(out: Path, method: str, bits: int) -> Path:
@@ -75,7 +76,8 @@ def run_sweep(args) -> Path:
                     continue
             if method.startswith("qat"):
                 rounding = "nearest" if method == "qat-nearest" else "floor"
-                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2, rounding=rounding)
+                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2, rounding=rounding,
+                                bias_correction=method == "qat-bc")
                 torch.set_num_threads(1)
                 q_actor = res.actor
             else:
@@ -83,7 +85,7 @@ def run_sweep(args) -> Path:
                     calib = torch.as_tensor(collect_observations(torch_policy(actor), cfg, 20, CALIBRATION_SEED, 20_000))
                 q_actor = FakeQuantActor.from_actor(actor, bits, quantize_activations=method != "ptq-weights",
                                                     rounding="nearest" if method == "ptq-nearest" else "floor")
-                calibrate(q_actor, calib)
+                calibrate(q_actor, calib, bias_correction=method == "ptq-bc")
             results = evaluate_actor(q_actor, cfg, args.episodes, args.seed)
             cell = compare(ref, results) | {"params": cell_params}
             write_atomic(path, json.dumps(cell, indent=1).encode())

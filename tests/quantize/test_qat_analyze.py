@@ -130,3 +130,17 @@ def test_bench_interleaves_and_reports_ratios(fp32_model, quantized_models, tmp_
     assert "speedup p50" in text and "int8" in text
     rows = json.loads(out.read_text())
     assert [r["precision"] for r in rows] == ["fp32", "int8"] and all(r["calls"] == 50 for r in rows)
+
+
+def test_bias_correction_cancels_the_floor_shift(bc_actor):
+    obs = torch.rand(512, 1032)
+    obs[:, 1024:] = obs[:, 1024:] * 2 - 1
+    with torch.no_grad():
+        _, ref = bc_actor(obs)
+        errors = {}
+        for bc in (False, True):
+            actor = FakeQuantActor.from_actor(bc_actor, 6)
+            calibrate(actor, obs, bias_correction=bc)
+            _, logits = actor(obs)
+            errors[bc] = float((logits - ref).mean(0).abs().mean())
+    assert errors[True] < errors[False] / 2
