@@ -54,7 +54,9 @@ from firmware_bridge.launcher import BridgeStartError
 SUITE = "bookworm"  # Debian 12, like Raspberry Pi OS bookworm: Python 3.11, glibc 2.36
 GUEST_PYTHON = "usr/bin/python3.11"
 CPU = "cortex-a72"  # Raspberry Pi 4, the default; cortex-a76 (Pi 5) with AIRQ_ARM_CPU (see CPUS)
-WHEEL_PLATFORM = "manylinux_2_28_aarch64"
+# What pip on a Pi with bookworm (glibc 2.36) accepts: every manylinux tag up to glibc 2.36. pip does not
+# expand one --platform to the older glibc versions by itself, so all are listed.
+WHEEL_PLATFORMS = (*(f"manylinux_2_{minor}_aarch64" for minor in range(36, 16, -1)), "manylinux2014_aarch64")
 BRIDGE_DEPS = ("numpy", "onnxruntime", "pyzmq", "msgpack")  # exactly the bridge's dependencies (pyproject)
 RECIPE_VERSION = 1  # bump when the way rootfs/ is built changes: caches rebuild
 APT_HINT = "apt-get install -y qemu-user-static debootstrap"
@@ -243,7 +245,7 @@ def wheel_requirements() -> list[str]:
 
 
 def _site_key(reqs: list[str]) -> str:
-    return hashlib.sha256(json.dumps([WHEEL_PLATFORM, "cp311", *reqs]).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps([*WHEEL_PLATFORMS, "cp311", *reqs]).encode()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------------------------------------- build
@@ -404,6 +406,15 @@ def _cpu_view(cache: Path, rootfs: Path, cpu: str) -> Path:
     return final
 
 
+def _wheel_tags(site: Path) -> dict[str, str]:
+    """{distribution-version: first wheel tag} of what pip installed, e.g. 'cp311-cp311-manylinux_2_28_aarch64'."""
+    tags = {}
+    for wheel in sorted(site.glob("*.dist-info/WHEEL")):
+        tag = next((line.split(":", 1)[1].strip() for line in wheel.read_text().splitlines() if line.startswith("Tag:")), "?")
+        tags[wheel.parent.name.removesuffix(".dist-info")] = tag
+    return tags
+
+
 def _install_site(cache: Path, reqs: list[str]) -> Path:
     final = cache / f"site-{_site_key(reqs)}"
     tmp = _mkdtemp("site.tmp-", cache)
@@ -413,12 +424,13 @@ def _install_site(cache: Path, reqs: list[str]) -> Path:
         _run(
             [
                 sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-                "--platform", WHEEL_PLATFORM, "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                *(arg for plat in WHEEL_PLATFORMS for arg in ("--platform", plat)),
+                "--python-version", "3.11", "--implementation", "cp",  # ABIs: cp311, abi3, none (as on the Pi)
                 "--only-binary=:all:", "--target", str(tmp), *reqs,
             ],
             "pip install of the aarch64 wheels",
         )  # fmt: skip
-        _write_stamp(tmp, {"requirements": reqs, "platform": WHEEL_PLATFORM})
+        _write_stamp(tmp, {"requirements": reqs, "wheels": _wheel_tags(tmp)})
         _replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
