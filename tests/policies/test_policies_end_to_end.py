@@ -58,3 +58,19 @@ def test_evaluate_pairs_a_policy_with_the_scripted_baselines(tiny_onnx, tmp_path
     report = json.loads((tmp_path / "b.json").read_text())
     assert list(report["policies"]) == ["tiny_fp32.onnx", "heuristic", "random"]
     assert set(report["paired_vs_first"]) == {"heuristic", "random"}
+
+
+def test_model_card_from_run_onnx_and_evaluation(tiny_run, tiny_onnx, tmp_path):
+    from policies.card import main as card
+    from policies.errors import run_cli
+    from policies.evaluate import main as evaluate
+
+    assert run_cli(evaluate, [str(tiny_onnx), "baseline:random", "--episodes", "4", "--out", str(tmp_path),
+                              "--name", "ev"]) == 0
+    out = tmp_path / "card.md"
+    assert run_cli(card, ["--run", str(tiny_run), "--onnx", str(tiny_onnx), "--eval", str(tmp_path / "ev.json"),
+                          "--command", "python -m policies.train ...", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "Wilson 95% CI" in text and "python -m policies.train ..." in text and "random" in text
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["evaluation"]["episodes"] == 4 and data["seed"] == 3 and data["machine"]["cores"] >= 1
