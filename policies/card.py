@@ -96,7 +96,8 @@ def to_markdown(card: dict) -> str:
         "| success | Wilson 95% CI | collision | timeout | mean return | mean steps | path / straight |",
         "|---|---|---|---|---|---|---|",
         f"| {ev['success_rate']:.1%} | {lo:.1%} - {hi:.1%} | {ev['collision_rate']:.1%} | {ev['timeout_rate']:.1%} | "
-        f"{ev['mean_return']:.2f} | {ev['mean_steps']:.1f} | {ev['path_efficiency']:.2f} |",
+        f"{ev['mean_return']:.2f} | {ev['mean_steps']:.1f} | "
+        f"{'-' if ev['path_efficiency'] is None else format(ev['path_efficiency'], '.2f')} |",
         "",
         "Success by goal zone: " + ", ".join(f"zone {z} {v:.1%}" for z, v in ev["success_rate_by_zone"].items()),
         *_comparison_lines(card),
