@@ -138,6 +138,10 @@ class ControlLink:
             return self._miss(deadline, "verification timed out")
         if result is None:
             return self._miss(deadline, "no reply by the deadline")
+        if self._needs_verify():
+            # The act went out on a connection made while we waited: it may have reached a restarted
+            # bridge running another policy. Not applied; the policy is checked first, next step.
+            return self._miss(deadline, "reply came over an unverified new connection")
         self._on_reply()
         return result
 
