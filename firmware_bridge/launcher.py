@@ -31,6 +31,10 @@ from firmware_bridge.keys import ClientCurve
 from firmware_bridge.protocol import MsgType, hello_request, pack, unpack
 
 _PR_SET_PDEATHSIG = 1
+try:  # looked up here, not in the child: dlopen() between fork and exec could deadlock on a loader lock
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
 
 
 def _die_with_parent() -> None:
@@ -39,10 +43,8 @@ def _die_with_parent() -> None:
     The signal fires when the *thread* that forked the child exits, so BridgeProcess must only
     be started from a thread that lives as long as the bridge should (hil.run uses the main thread).
     """
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class BridgeStartError(RuntimeError):
