@@ -31,7 +31,9 @@ def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
 def save_atomic(model, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.zip")  # SB3 appends .zip to suffix-less names
-    model.save(tmp)
+    # tensorboard_log stays out of the zip: whoever loads the checkpoint later (quantize's QAT, a
+    # fine-tune) would otherwise log into this run's tb/ folder
+    model.save(tmp, exclude=["tensorboard_log"])
     os.replace(tmp, path)
 
 
