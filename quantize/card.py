@@ -33,10 +33,12 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
                   f"{f', {src_size:,} bytes' if src_size else ''}{ratio} |",
                   f"| method | {q.get('method', '?')} |"]
         if q.get("calibration_episodes", "0") not in ("0", ""):
-            lines.append(f"| calibration | {q['calibration_episodes']} episodes of the fp32 policy on `{q.get('level')}`, "
+            lines.append(f"| calibration | {q['calibration_episodes']} episodes of the fp32 policy on `{q.get('levels', q.get('level'))}`, "
                          f"seeds {q.get('calibration_seed')}.., {q.get('calibration_samples')} observations |")
         if "heldout_agreement" in q:
-            lines.append(f"| action agreement vs fp32 | {float(q['heldout_agreement']):.2%} on {q['heldout_samples']} observations "
+            by_level = json.loads(q["heldout_agreement_by_level"]) if "heldout_agreement_by_level" in q else {}
+            detail = f" ({', '.join(f'{k} {v:.2%}' for k, v in by_level.items())})" if by_level else ""
+            lines.append(f"| action agreement vs fp32 | {float(q['heldout_agreement']):.2%}{detail} on {q['heldout_samples']} observations "
                          f"from {q['heldout_episodes']} held-out episodes (seeds {q['heldout_seed']}..) |")
     lines += ["| interface | input `obs` float32 [batch, "
               f"{pm.obs_dim}]; outputs `action` int64 [batch], `logits` float32 [batch, {pm.n_actions}] |", ""]

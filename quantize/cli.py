@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", required=True)
     q.add_argument("--calibration-episodes", type=int, default=100)
     q.add_argument("--seed", type=int, default=None, help="first calibration episode seed (default 2000000)")
-    q.add_argument("--level", default=None, help="env level for calibration (default: the model's airq.level)")
+    q.add_argument("--level", nargs="+", default=None,
+                   help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)")
     q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
     q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default="qoperator")
     q.add_argument("--per-channel", action="store_true")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                                  keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
                                  split_input=not args.no_split_input)
         report = quantize_file(args.model, args.to, args.output, calibration_episodes=args.calibration_episodes,
-                               seed=args.seed, level=args.level, heldout_episodes=args.heldout_episodes, options=opts)
+                               seed=args.seed, levels=args.level, heldout_episodes=args.heldout_episodes, options=opts)
         print(report.line())
     elif args.command == "inspect":
         import json

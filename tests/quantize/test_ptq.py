@@ -51,7 +51,8 @@ def test_interface_and_metadata(fp32_model, quantized_models, heldout_obs, targe
     assert meta["airq.quant.bits"] == ("16" if target == "fp16" else "8")
     assert int(meta["airq.quant.size_bytes"]) == path.stat().st_size
     if target == "int8":
-        assert meta["airq.quant.calibration_episodes"] == "6"
+        assert meta["airq.quant.calibration_episodes"] == "6 per level"
+        assert meta["airq.quant.levels"] == "default"
         assert meta["airq.quant.calibration_seed"] == "2000000"
         scales = json.loads(meta["airq.quant.layer_scales"])
         assert all("scale" in v or "scale_min" in v for v in scales.values())
