@@ -101,8 +101,9 @@ def summarize_run(
 ) -> dict[str, Any]:
     """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log);
     latency figures cover this session's acts only."""
-    rows = sorted((prior_rows or []) + [episode_row(ep, extra) for ep, extra in zip(rec.episodes, rec.episode_rows or [{}] * len(rec.episodes))],
-                  key=lambda r: r["episode"])
+    extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
+    flown = [episode_row(ep, extra) for ep, extra in zip(rec.episodes, extras)]
+    rows = sorted((prior_rows or []) + flown, key=lambda r: r["episode"])
     episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__}) for r in rows]
     acts = len(rec.rtt_ns)
     steps = sum(e.steps for e in episodes)

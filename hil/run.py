@@ -78,7 +78,9 @@ class UserError(Exception):
 
 
 def parse_args(argv: list[str] | None) -> RunArgs:
-    p = argparse.ArgumentParser(prog="python -m hil.run", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m hil.run", description=__doc__.split("\n")[0],
+                                epilog="python -m hil.run --resume DIR [--quiet] continues an interrupted run from DIR/run.jsonl "
+                                       "(same arguments, same seeds, finished episodes skipped).")
     p.add_argument("--policy", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare (the first is the baseline)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
