@@ -265,7 +265,7 @@ def test_act_within_misses_on_time_and_drops_the_late_reply() -> None:
             assert client.connection_count() >= 0
             start = time.monotonic()
             assert client.act_within(np.zeros(OBS_DIM), 0.1) is None
-            assert 0.09 <= time.monotonic() - start < 0.25  # gave up at the deadline, not later
+            assert 0.09 <= time.monotonic() - start < 0.6  # gave up at the deadline (slack for a loaded CI)
             result = client.act_within(np.zeros(OBS_DIM), 2.0)
             assert result is not None and result.action == 1  # the late reply to act 0 was skipped
             assert client.stale_replies == 1 and client.retries == 0
@@ -280,7 +280,9 @@ def test_act_within_fails_fast_when_the_bridge_is_gone(model: bytes) -> None:
         client.load_policy(model)
         assert client.act_within(np.zeros(OBS_DIM), 1.0) is not None
         short_lived.stop()
-        time.sleep(0.2)  # the disconnect reaches the client's monitor
+        give_up = time.monotonic() + HANG_GUARD_S
+        while client.connected and time.monotonic() < give_up:  # until the disconnect reaches the monitor
+            time.sleep(0.01)
         start = time.monotonic()
         assert client.act_within(np.zeros(OBS_DIM), 1.0) is None
         assert time.monotonic() - start < 0.5  # no pipe and no connection: fail-safe at once, not after 1 s

@@ -297,7 +297,7 @@ def test_watchdog_holds_within_its_timeout_and_before_a_policy_upload(
     status = wait_for_status(client, lambda s: s["counters"]["holds"] == 1)
     actuator = status["actuator"]
     late_ns = actuator["last_hold_ns"] - actuator["last_command_ns"]
-    assert 200_000_000 <= late_ns <= (200 + 50 + 100) * 1_000_000  # timeout + poll period + scheduling slack
+    assert 200_000_000 <= late_ns <= (200 + 50 + 200) * 1_000_000  # timeout + poll period + scheduling slack
     act_ok(client, obs, 2)  # flying again
     reply = client.call(load_policy_request(3, other_discrete_model, name="swap"))
     assert reply["type"] == "load_policy"
