@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -381,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_EXIT
-    signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        signal.signal(signal.SIGTERM, _terminate)
     resume_hint = f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
 
     def episodes_logged() -> bool:
