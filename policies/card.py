@@ -36,7 +36,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
     s = entry["summary"]
     first_hits = {}
     for target in (0.95, 0.97):
-        hit = next((e for e in metrics.get("evals", []) if e["success_rate"] >= target), None)
+        hit = next((e for e in metrics.get("evals", []) if "timesteps" in e and e["success_rate"] >= target), None)
         first_hits[f"{target:.0%}"] = {"timesteps": hit["timesteps"], "wall_s": hit["wall_s"]} if hit else None
     return {
         "model": onnx_path.name,
@@ -46,6 +46,8 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "env_id": meta.get("airq.env_id"), "precision": meta.get("airq.precision"),
         "seed": int(meta.get("airq.seed", -1)), "train_steps_of_checkpoint": int(meta.get("airq.train_steps", 0)),
         "checkpoint": meta.get("airq.checkpoint"),
+        "distillation": {"method": metrics["method"], "teacher": metrics["teacher"],
+                         "args": metrics.get("distill_args")} if "teacher" in metrics else None,
         "run_total_steps": metrics.get("timesteps"), "train_wall_s": metrics.get("train_wall_s"),
         "train_env_steps_per_s": metrics.get("env_steps_per_s"),
         "first_periodic_eval_at_or_above": first_hits,
@@ -66,6 +68,28 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
                            for e in metrics.get("evals", [])],
         "notes": notes,
     }
+
+
+def _training_lines(card: dict) -> list[str]:
+    d = card["distillation"]
+    if d is None:
+        return [
+            f"- seed {card['seed']}; checkpoint `{card['checkpoint']}` at {card['train_steps_of_checkpoint']:,} env steps "
+            f"(best periodic evaluation on held-out seeds 1,000,000+) of a {card['run_total_steps']:,}-step run",
+            f"- wall time {card['train_wall_s'] / 60:.1f} min for the whole run including periodic evaluations "
+            f"({card['train_env_steps_per_s']:,.0f} env steps/s including updates)",
+        ]
+    evals = card["periodic_evals"]
+    return [
+        f"- {d['method']} from the teacher `{d['teacher']['run']}` ({d['teacher']['checkpoint']}); seed {card['seed']}; "
+        f"no RL steps; checkpoint `{card['checkpoint']}`",
+        f"- {len(evals)} iterations x {d['args']['samples_per_iteration']:,} teacher-labelled observations, "
+        f"{d['args']['epochs']} epoch(s) over the aggregate per iteration, batch {d['args']['batch_size']}, "
+        f"Adam lr {d['args']['lr']}",
+        f"- held-out success (200 episodes, seeds 1,000,000+) per iteration: "
+        + ", ".join(f"{e['success_rate']:.1%}" for e in evals),
+        f"- wall time {card['train_wall_s'] / 60:.1f} min",
+    ]
 
 
 def _comparison_lines(card: dict) -> list[str]:
@@ -103,10 +127,7 @@ def to_markdown(card: dict) -> str:
         *_comparison_lines(card),
         "",
         "## Training",
-        f"- seed {card['seed']}; checkpoint `{card['checkpoint']}` at {card['train_steps_of_checkpoint']:,} env steps "
-        f"(best periodic evaluation on held-out seeds 1,000,000+) of a {card['run_total_steps']:,}-step run",
-        f"- wall time {card['train_wall_s'] / 60:.1f} min for the whole run including periodic evaluations "
-        f"({card['train_env_steps_per_s']:,.0f} env steps/s including updates)",
+        *_training_lines(card),
     ]
     for target, hit in card["first_periodic_eval_at_or_above"].items():
         if hit:

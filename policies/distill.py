@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[iteration {it}] {entry['samples']:,} samples, loss {entry['loss']:.3f}, agreement "
               f"{entry['train_agreement']:.1%}, held-out success {result['success_rate']:.1%}, "
               f"{entry['wall_s'] / 60:.1f} min", file=sys.stderr)
-        if result["success_rate"] > best["success_rate"]:
+        if result["success_rate"] >= best["success_rate"]:  # ties go to the student trained on more data
             best = {"iteration": it, "timesteps": 0, "success_rate": result["success_rate"]}
             save_atomic(model, out / "best_model.zip")
         metrics = {"config": vars(cfg), "machine": machine_info(), "method": "behaviour cloning with DAgger",

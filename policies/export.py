@@ -97,6 +97,10 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
         "airq.observation_layout": observation_layout(env_cfg),
         "airq.checkpoint": Path(ckpt).name,
     }
+    distilled = _distillation(Path(run_dir))
+    if distilled:  # a policies.distill run: the weights come from imitation, not from RL steps
+        meta["airq.algorithm"] = "bc-dagger"
+        meta["airq.distilled_from"] = json.dumps(distilled)
     raw = actor_to_onnx_bytes(actor)
     out = Path(out)
     if eval_episodes > 0:
@@ -117,6 +121,17 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
         meta["airq.success_eval"] = json.dumps({"source": "metrics.json best periodic evaluation"})
     write_atomic(out, with_metadata(raw, meta))
     return meta
+
+
+def _distillation(run_dir: Path) -> dict | None:
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if "teacher" not in metrics:
+        return None
+    last = metrics["evals"][-1] if metrics.get("evals") else {}
+    return {"teacher": metrics["teacher"]["run"], "samples": last.get("samples"), "iterations": len(metrics.get("evals", []))}
 
 
 def _metrics_best(run_dir: Path) -> float | None:
