@@ -87,13 +87,14 @@ def run_sweep(args) -> Path:
                                                     rounding="nearest" if method == "ptq-nearest" else "floor")
                 calibrate(q_actor, calib, bias_correction=method == "ptq-bc")
             results = evaluate_actor(q_actor, cfg, args.episodes, args.seed)
-            cell = compare(ref, results) | {"params": cell_params}
+            # the per-episode outcomes let any two cells be paired later (e.g. QAT vs PTQ at one width)
+            cell = compare(ref, results) | {"params": cell_params, "success": success_vector(results).astype(int).tolist()}
             write_atomic(path, json.dumps(cell, indent=1).encode())
             cells[(method, bits)] = cell
             d = cell["paired_diff"]
             print(f"{method} {bits}-bit: success {cell['success_rate']:.1%} (vs fp32 {d['diff']:+.1%}, "
                   f"[{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g})", flush=True)
-    table = format_table(ref_summary, cells, args.bits, args.methods, params)
+    table = format_table(ref_summary, cells, args.bits, args.methods, params) + qat_vs_ptq(cells, args.bits)
     write_atomic(out / "sweep.md", table.encode())
     write_atomic(out / "sweep.json", json.dumps({"params": params, "fp32": {k: ref_summary[k] for k in ("success_rate", "success_ci95")},
                                                  "cells": [{"method": m, "bits": b} | c for (m, b), c in cells.items()]}, indent=1).encode())
@@ -101,6 +102,22 @@ def run_sweep(args) -> Path:
     print(table)
     print(f"wrote {out / 'sweep.md'}, {out / 'sweep.png'}")
     return out
+
+
+def qat_vs_ptq(cells: dict, bits: list[int]) -> str:
+    """Paired success difference of each QAT cell against the PTQ cell with the same quantizer."""
+    from nav_env.stats import paired_difference
+
+    lines = []
+    for b in bits:
+        for qat, ptq in (("qat", "ptq"), ("qat-nearest", "ptq-nearest"), ("qat-bc", "ptq-bc")):
+            q, p = cells.get((qat, b)), cells.get((ptq, b))
+            if not q or not p or "success" not in q or "success" not in p:
+                continue
+            d = paired_difference(np.array(p["success"], bool), np.array(q["success"], bool))
+            lines.append(f"{b}-bit {qat} - {ptq}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
+                         f"McNemar p={d['mcnemar_p']:.3g}")
+    return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def format_table(ref: dict, cells: dict, bits: list[int], methods: list[str], params: dict) -> str:
