@@ -37,11 +37,17 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    # A job started in the background (CI, nohup, `cmd &`) inherits SIGINT as ignored, and Python then
+    # never raises KeyboardInterrupt: give the child the default, as a terminal's Ctrl-C would meet it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def paced_run(policy: Path, out: Path, *extra: object, rate_hz: float = RATE_HZ) -> subprocess.Popen:
     return subprocess.Popen(
         hil_run_command("--policy", policy, "--sim-only", "--level", "easy", "--episodes", EPISODES,
                         "--max-steps", STEPS, "--rate-hz", rate_hz, "--out", out, *extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
     )
 
 
