@@ -58,6 +58,18 @@ def commands(actions, cfg: NavConfig, n: int) -> np.ndarray:
     return a
 
 
+def choose_zone(options: dict, cfg: NavConfig, curriculum: "ZoneCurriculum") -> int | None:
+    """The goal zone a reset asks for: ``options["zone"]`` (validated), else the curriculum's zone when
+    it is enabled, else None (drawn with the episode)."""
+    zone = options.get("zone")
+    n_zones = len(cfg.task.goal_zones)
+    if zone is not None and not (isinstance(zone, (int, np.integer)) and 0 <= zone < n_zones):
+        raise ValueError(f"options['zone'] must be an integer in [0, {n_zones}), got {zone!r}")
+    if zone is None and cfg.curriculum.enabled:
+        zone = curriculum.zone
+    return zone
+
+
 class ZoneCurriculum:
     """Air Learning's goal-zone curriculum: start in zone 0, move to the next zone when the success
     rate over the last ``window`` episodes of the current zone reaches ``threshold``."""
@@ -66,6 +78,10 @@ class ZoneCurriculum:
         self.n_zones, self.window, self.threshold = n_zones, window, threshold
         self.zone = 0
         self._results: deque[bool] = deque(maxlen=window)
+
+    @classmethod
+    def from_config(cls, cfg: NavConfig) -> "ZoneCurriculum":
+        return cls(len(cfg.task.goal_zones), cfg.curriculum.window, cfg.curriculum.threshold)
 
     def record(self, zone: int, success: bool) -> None:
         if zone != self.zone:

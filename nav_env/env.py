@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 
 from nav_env.arena import sample_episode
-from nav_env.common import ZoneCurriculum, action_space, commands, observation_space, resolve_config
+from nav_env.common import ZoneCurriculum, action_space, choose_zone, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -111,7 +111,7 @@ class NavEnv(gym.Env):
         self.render_mode = render_mode
         self.observation_space = observation_space(self.cfg)
         self.action_space = action_space(self.cfg)
-        self.curriculum = ZoneCurriculum(len(self.cfg.task.goal_zones), self.cfg.curriculum.window, self.cfg.curriculum.threshold)
+        self.curriculum = ZoneCurriculum.from_config(self.cfg)
         self.sim = BatchSim(self.cfg, 1)
         self.episode = None
         self.trajectory: list[np.ndarray] = []
@@ -123,12 +123,7 @@ class NavEnv(gym.Env):
         options = options or {}
         if "episode" in options:  # a hand-built scene (tests, replays)
             return self._start(options["episode"])
-        zone = options.get("zone")
-        n_zones = len(self.cfg.task.goal_zones)
-        if zone is not None and not (isinstance(zone, (int, np.integer)) and 0 <= zone < n_zones):
-            raise ValueError(f"options['zone'] must be an integer in [0, {n_zones}), got {zone!r}")
-        if zone is None and self.cfg.curriculum.enabled:
-            zone = self.curriculum.zone
+        zone = choose_zone(options, self.cfg, self.curriculum)
         return self._start(sample_episode(self.np_random, self.cfg, zone))
 
     def _start(self, episode):
@@ -137,7 +132,7 @@ class NavEnv(gym.Env):
         self.trajectory = [self.sim.pos[0].copy()]
         self._done = False
         self._last_obs = self.sim.observe()[0]
-        return self._last_obs, self._info(False, False)
+        return self._last_obs, self.sim.info(0, False, False)
 
     def step(self, action):
         if self._done:
@@ -149,19 +144,8 @@ class NavEnv(gym.Env):
         if self._done and self.cfg.curriculum.enabled:
             self.curriculum.record(self.episode.zone, bool(success[0]))
         self._last_obs = self.sim.observe()[0]
-        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._info(bool(collision[0]), bool(success[0]))
+        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self.sim.info(0, bool(collision[0]), bool(success[0]))
 
-    def _info(self, collision: bool, success: bool) -> dict[str, Any]:
-        s = self.sim
-        return {
-            "is_success": success,
-            "collision": collision,
-            "distance_to_goal": float(s.prev_dist[0]),
-            "start_distance": float(s.start_dist[0]),
-            "path_length": float(s.path_length[0]),
-            "steps": int(s.steps[0]),
-            "zone": int(s.zone[0]),
-        }
 
     def render(self):
         if self.render_mode != "rgb_array":

@@ -139,6 +139,18 @@ class BatchSim:
         hit |= (z < rv) | (z > cfg.arena.ceiling - rv)
         return hit
 
+    def info(self, i: int, collision: bool, success: bool) -> dict:
+        """The Gymnasium ``info`` of env ``i`` (see NavEnv's docstring)."""
+        return {
+            "is_success": success,
+            "collision": collision,
+            "distance_to_goal": float(self.prev_dist[i]),
+            "start_distance": float(self.start_dist[i]),
+            "path_length": float(self.path_length[i]),
+            "steps": int(self.steps[i]),
+            "zone": int(self.zone[i]),
+        }
+
     # ------------------------------------------------------------------ sensing
     def observe(self, idx: np.ndarray | slice = slice(None), depth: np.ndarray | None = None) -> np.ndarray:
         """Flat float32 observations for the envs in ``idx``: depth image rows, then 8 state features.

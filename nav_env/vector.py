@@ -54,7 +54,7 @@ class NavVectorEnv(VectorEnv):
         self.single_action_space = action_space(self.cfg)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.curriculum = ZoneCurriculum(len(self.cfg.task.goal_zones), self.cfg.curriculum.window, self.cfg.curriculum.threshold)
+        self.curriculum = ZoneCurriculum.from_config(self.cfg)
         self.sim = BatchSim(self.cfg, self.num_envs)
         self._rngs: list[np.random.Generator] = [seeding.np_random()[0] for _ in range(self.num_envs)]
         self._needs_reset = np.ones(self.num_envs, dtype=bool)  # NEXT_STEP bookkeeping

@@ -15,7 +15,7 @@ from nav_env.airsim.frames import (
     DepthResampler, arena_to_ned, arena_yaw_from_ned_quaternion, body_to_world, ned_to_arena,
     vel_arena_to_ned, vel_ned_to_arena, yaw_quaternion_ned,
 )
-from nav_env.common import ZoneCurriculum, action_space, commands, observation_space, resolve_config
+from nav_env.common import ZoneCurriculum, action_space, choose_zone, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -93,7 +93,7 @@ class AirSimNavEnv(gym.Env):
         self.render_mode = render_mode
         self.observation_space = observation_space(self.cfg)
         self.action_space = action_space(self.cfg)
-        self.curriculum = ZoneCurriculum(len(self.cfg.task.goal_zones), self.cfg.curriculum.window, self.cfg.curriculum.threshold)
+        self.curriculum = ZoneCurriculum.from_config(self.cfg)
         self.host, self.port, self.vehicle_name, self.camera_name = host, int(port), vehicle_name, str(camera_name)
         self.depth_type, self.lockstep, self.takeoff = depth_type, bool(lockstep), bool(takeoff)
         self.camera_fov_deg = float(camera_fov_deg if camera_fov_deg is not None else self.cfg.camera.fov_deg)
@@ -135,12 +135,7 @@ class AirSimNavEnv(gym.Env):
         if "episode" in options:
             episode = options["episode"]
         else:
-            zone = options.get("zone")
-            n_zones = len(self.cfg.task.goal_zones)
-            if zone is not None and not (isinstance(zone, (int, np.integer)) and 0 <= zone < n_zones):
-                raise ValueError(f"options['zone'] must be an integer in [0, {n_zones}), got {zone!r}")
-            if zone is None and self.cfg.curriculum.enabled:
-                zone = self.curriculum.zone
+            zone = choose_zone(options, self.cfg, self.curriculum)
             episode = self.episode_fn(self.np_random, self.cfg, zone)
         self._done = True
         self.episode = episode
@@ -157,7 +152,7 @@ class AirSimNavEnv(gym.Env):
         self.trajectory = [pos.copy()]
         self._last_obs = self._observe()
         self._done = False
-        return self._last_obs, self._info(False, False)
+        return self._last_obs, self.sim.info(0, False, False)
 
     def step(self, action):
         if self._done:
@@ -178,7 +173,7 @@ class AirSimNavEnv(gym.Env):
         if self._done and self.cfg.curriculum.enabled:
             self.curriculum.record(self.episode.zone, bool(success[0]))
         self._last_obs = self._observe()
-        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._info(bool(collision[0]), bool(success[0]))
+        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self.sim.info(0, bool(collision[0]), bool(success[0]))
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -271,14 +266,3 @@ class AirSimNavEnv(gym.Env):
                 raise AirSimError(f"AirSim camera {self.camera_name!r}: {e}") from None
         return self._resampler(data.reshape(h, w))
 
-    def _info(self, collision: bool, success: bool) -> dict[str, Any]:
-        s = self.sim
-        return {
-            "is_success": success,
-            "collision": collision,
-            "distance_to_goal": float(s.prev_dist[0]),
-            "start_distance": float(s.start_dist[0]),
-            "path_length": float(s.path_length[0]),
-            "steps": int(s.steps[0]),
-            "zone": int(s.zone[0]),
-        }
