@@ -92,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         r = results[-1]
         print(f"{name}: {r['env_steps_per_s']:,.0f} env-steps/s ({r['minutes_per_million_steps']:.1f} min per 1M steps)",
               file=sys.stderr)
-    info = machine_info()
+    info = machine_info() | {"load_average_1min_at_end": round(os.getloadavg()[0], 2)}
     print(f"training throughput, {args.algo}, env steps/s including updates ({info['cpu']}, {info['cores']} cores, "
-          f"{args.torch_threads} torch thread(s))")
+          f"{args.torch_threads} torch thread(s); load average {info['load_average_1min_at_end']}: "
+          f"other jobs on the cores slow every figure)")
     print(f"{'preset':<10}{'envs x steps':>14}{'batch':>7}{'epochs':>8}{'steps/s':>10}{'min/1M':>9}")
     for r in results:
         shape = f"{r['num_envs']} x {r['n_steps']}"
