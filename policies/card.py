@@ -86,7 +86,7 @@ def _training_lines(card: dict) -> list[str]:
         f"- {len(evals)} iterations x {d['args']['samples_per_iteration']:,} teacher-labelled observations, "
         f"{d['args']['epochs']} epoch(s) over the aggregate per iteration, batch {d['args']['batch_size']}, "
         f"Adam lr {d['args']['lr']}",
-        f"- held-out success (200 episodes, seeds 1,000,000+) per iteration: "
+        "- held-out success (200 episodes, seeds 1,000,000+) per iteration: "
         + ", ".join(f"{e['success_rate']:.1%}" for e in evals),
         f"- wall time {card['train_wall_s'] / 60:.1f} min",
     ]
