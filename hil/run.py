@@ -62,6 +62,8 @@ class RunArgs:
     backend: str = "embedded"  # simulator: embedded or airsim
     airsim_host: str = "127.0.0.1"
     airsim_port: int = 41451
+    airsim_scene: str | None = None  # TOML/JSON description of the map's obstacles (nav_env.airsim.scene)
+    airsim_lockstep: bool = False  # pause the simulator between steps
     device_arch: str = "native"  # --sim-only: native, or aarch64 (the bridge under qemu emulation)
     timeout_s: float = 1.0  # per request, before a retry
     deadline_ms: float | None = None  # per act; default: 80% of the control period
@@ -96,6 +98,8 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--backend", choices=BACKENDS, default="embedded", help="simulator backend (default: embedded)")
     p.add_argument("--airsim-host", default="127.0.0.1", help="AirSim / Cosys-AirSim server (with --backend airsim)")
     p.add_argument("--airsim-port", type=int, default=41451)
+    p.add_argument("--airsim-scene", help="file describing the AirSim map's obstacles (docs/airsim.md); without it episodes have none")
+    p.add_argument("--airsim-lockstep", action="store_true", help="pause AirSim between control steps")
     p.add_argument("--device-arch", choices=("native", "aarch64"), default="native",
                    help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)")
     p.add_argument("--timeout", dest="timeout_s", type=float, default=1.0, help="seconds per request before a retry")
@@ -275,7 +279,8 @@ def run(args: RunArgs) -> int:
                     "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)]})
     records: list[LoopRecord] = []
     try:
-        options = {"host": args.airsim_host, "port": args.airsim_port} if args.backend == "airsim" else {}
+        options = {"host": args.airsim_host, "port": args.airsim_port, "scene": args.airsim_scene,
+                   "lockstep": args.airsim_lockstep} if args.backend == "airsim" else {}
         env = make_env(cfg, args.backend, render_mode="rgb_array", **options)
     except (ValueError, RuntimeError) as e:
         raise UserError(str(e)) from None
