@@ -207,7 +207,8 @@ class BatchSim:
             # floor (rows below the horizon) and ceiling (rows above), per env and row
             surf = np.where(self.row_tan > 0, z[:, None] / self.row_tan, (np.float32(a.ceiling) - z)[:, None] / -self.row_tan)
         depth = np.minimum(planar[:, None, :], surf[:, :, None], out=ws.depth)
-        np.minimum(depth, np.float32(cam.max_range), out=depth)
+        # clip both ends: a vehicle stepped on past a wall after its episode ended sees negative ranges
+        np.clip(depth, np.float32(0.0), np.float32(cam.max_range), out=depth)
         depth *= np.float32(1.0 / cam.max_range)
         if cam.noise_std > 0 or cam.dropout > 0:
             self._corrupt(depth, idx)

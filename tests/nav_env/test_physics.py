@@ -161,3 +161,16 @@ def test_generated_episodes_are_solvable_and_clear(level):
             assert d.min() >= cfg.obstacles.clearance - 1e-9
         lo, hi = cfg.task.goal_zones[ep.zone]
         assert lo - 1e-9 <= np.linalg.norm(ep.goal - ep.start) <= hi + 1e-9
+
+
+def test_observation_stays_in_space_after_flying_through_a_wall():
+    # an ended episode that keeps being stepped (e.g. an idle env in a vector batch) leaves the arena
+    from nav_env import NavVectorEnv
+    from gymnasium.vector import AutoresetMode
+
+    venv = NavVectorEnv(1, level="default", autoreset_mode=AutoresetMode.DISABLED)
+    obs, _ = venv.reset(seed=0)
+    for _ in range(300):
+        obs, *_ = venv.step(np.array([0]))  # forward 5 m/s, on through whatever it hits
+    assert venv.sim.pos[0, 0] < 0 or venv.sim.pos[0, 0] > 30 or venv.sim.pos[0, 1] < 0 or venv.sim.pos[0, 1] > 30
+    assert venv.single_observation_space.contains(obs[0])
