@@ -21,6 +21,17 @@ def hil_run_command(*args: object) -> list[str]:
     return [sys.executable, "-m", "hil.run", "--quiet", *map(str, args)]
 
 
+def finish(process: subprocess.Popen, timeout_s: float) -> tuple[int, str, str]:
+    """Wait for a hil.run process: (exit code, stdout, stderr); kill it and fail after ``timeout_s``."""
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"hil.run did not finish in {timeout_s} s: {err[-2000:]}") from None
+    return process.returncode, out, err
+
+
 def run_log(out_dir: Path) -> list[dict[str, Any]]:
     """Whole lines of OUT/run.jsonl (a torn last line is skipped, as hil.run itself does)."""
     path = out_dir / "run.jsonl"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, run_log, wait_for_log
+from reliability_helpers import finish as finish_within
 
 from firmware_bridge.protocol import sha256_hex
 from firmware_bridge.toy_policy import build_mlp_policy
@@ -52,13 +53,7 @@ def paced_run(policy: Path, out: Path, *extra: object, rate_hz: float = RATE_HZ)
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = process.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        raise AssertionError(f"hil.run did not finish in {RUN_TIMEOUT_S} s: {err[-2000:]}") from None
-    return process.returncode, out, err
+    return finish_within(process, RUN_TIMEOUT_S)
 
 
 def test_sigkill_bridge_mid_episode_fails_safe_and_recovers(policy: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from fault_proxy import FaultProxy
 from netns_link import NetnsLink, netns_unavailable_reason
 from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, run_log, wait_for_log
+from reliability_helpers import finish as finish_within
 
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.toy_policy import build_mlp_policy
@@ -65,13 +66,7 @@ def start_run(policy: Path, proxy: FaultProxy, out: Path, *extra: object) -> sub
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = process.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        raise AssertionError(f"hil.run did not finish in {RUN_TIMEOUT_S} s: {err[-2000:]}") from None
-    return process.returncode, out, err
+    return finish_within(process, RUN_TIMEOUT_S)
 
 
 def test_run_completes_with_delay_jitter_and_loss(link: NetnsLink, bridge: BridgeProcess, policy: Path, tmp_path: Path) -> None:
