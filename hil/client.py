@@ -312,6 +312,11 @@ class BridgeClient:
             reply_seq = reply.get("seq")
             # seq None = the bridge could not read our seq; with one request in flight it is ours.
             if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
+                if sent_ns + rtt_ns > deadline_ns:
+                    # poll() waits in whole milliseconds, so a reply can land after a sub-millisecond
+                    # deadline: it is late all the same, and a late action must not be applied
+                    self.stale_replies += 1
+                    return None
                 return reply, rtt_ns
             self.stale_replies += 1  # a late reply to an earlier request; keep waiting for ours
         return None

@@ -262,7 +262,11 @@ def test_act_within_misses_on_time_and_drops_the_late_reply() -> None:
     try:
         with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client:
             client.hello_reply = {"max_message_bytes": 1 << 20}
-            assert client.connection_count() >= 0
+            # act only once connected: before that the act fails fast (no pipe), not at its deadline
+            wait_until = time.monotonic() + 5.0
+            while client.connection_count() < 1 and time.monotonic() < wait_until:
+                time.sleep(0.01)
+            assert client.connection_count() >= 1
             start = time.monotonic()
             assert client.act_within(np.zeros(OBS_DIM), 0.1) is None
             assert 0.09 <= time.monotonic() - start < 0.6  # gave up at the deadline (slack for a loaded CI)
