@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hil.loop import LoopRecord
-from nav_env.render import save_png, write_atomic
+from nav_env.render import figure_png, save_png, write_atomic
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
 
@@ -228,8 +228,6 @@ def write_report(out_dir: Path, report: dict[str, Any], records: list[LoopRecord
 
 
 def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> list[Path]:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,7 +244,7 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     ax.set_ylabel("acts")
     ax.set_title("Closed-loop latency")
     ax.legend(fontsize=7)
-    paths.append(_save_fig(fig, out_dir / "latency_histogram.png", io))
+    paths.append(_save_fig(fig, out_dir / "latency_histogram.png"))
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
         s = np.asarray(r["device_memory"]["samples"], dtype=float)
@@ -257,13 +255,11 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     ax.set_ylabel("device memory (MiB)")
     ax.set_title("Bridge process memory over time")
     ax.legend(fontsize=7)
-    paths.append(_save_fig(fig, out_dir / "memory_over_time.png", io))
+    paths.append(_save_fig(fig, out_dir / "memory_over_time.png"))
     plt.close("all")
     return paths
 
 
-def _save_fig(fig, path: Path, io) -> Path:
-    buf = io.BytesIO()
+def _save_fig(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
-    return write_atomic(path, buf.getvalue())
+    return write_atomic(path, figure_png(fig))

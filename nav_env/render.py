@@ -127,6 +127,18 @@ def save_png(path: str | os.PathLike, rgb: np.ndarray) -> Path:
     return write_atomic(path, encode_png(rgb))
 
 
+def figure_png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (110 dpi), the figure closed; write it with write_atomic."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
 def save_gif(path: str | os.PathLike, frames: list[np.ndarray], fps: int = 10) -> Path:
     """Animated GIF through Pillow (a host-side dependency)."""
     import io

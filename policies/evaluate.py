@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from nav_env.config import load_level
-from nav_env.render import write_atomic
+from nav_env.render import figure_png, write_atomic
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
 from policies.actor import RUN_CHECKPOINTS
@@ -121,10 +121,7 @@ def plot(report: dict) -> bytes:
     ax2.legend(fontsize=8, loc="lower right")
     fig.suptitle(f"level {report['level']}: {report['episodes']} seeded episodes from seed {report['seed']}", fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def print_table(report: dict) -> None:

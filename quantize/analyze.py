@@ -6,13 +6,13 @@ formula (floor) and for the seed's code (round to nearest): the floor costs abou
 """
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 
 from quantize.affine import affine_params, fake_quantize, sqnr_db
+from nav_env.render import figure_png
 from quantize.errors import QuantizeError
 
 ALL_BITS = list(range(2, 17))
@@ -78,8 +78,7 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
     axes[-1, 0].set_xlabel(f"weight value (red: the {grid_bits}-bit grid of the seed's quantizer)")
     fig.suptitle(f"{title}: weight distributions", fontsize=10)
     fig.tight_layout()
-    hist_png = _png(fig)
-    plt.close(fig)
+    hist_png = figure_png(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for (name, w), color in zip(layers, plt.cm.tab10.colors):
@@ -91,15 +90,8 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    sqnr_png = _png(fig)
-    plt.close(fig)
+    sqnr_png = figure_png(fig)
     return hist_png, sqnr_png
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
 
 
 def run_analyze(source: str, bits: list[int], out: str | None) -> Path:

@@ -12,13 +12,13 @@ paired difference to fp32 (McNemar). Cells are cached in OUT/cells/, so an inter
 """
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from nav_env.render import figure_png
 from quantize.errors import QuantizeError
 
 METHODS = ("ptq", "ptq-nearest", "ptq-weights", "ptq-bc", "qat", "qat-nearest", "qat-bc")
@@ -167,7 +167,4 @@ def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str
     ax.legend(fontsize=8)
     ax.set_title(f"{title}: success rate vs bit width", fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return figure_png(fig)
