@@ -1,6 +1,7 @@
 """Environment throughput: single env, Gymnasium's SyncVectorEnv over it, and the native vector env.
 
     python -m nav_env.bench [--level default] [--num-envs 64] [--seconds 2] [--rounds 3] [--out FILE]
+    python -m nav_env.bench --camera 144x256      # Air Learning-sized depth image (default 32x32)
 
 Random actions, autoresets included, one thread. The three are measured in interleaved rounds in the
 same run and the ratio native / Sync is reported from the medians.
@@ -22,7 +23,7 @@ from statistics import median
 import gymnasium as gym
 import numpy as np
 
-from nav_env.config import ConfigError, load_level
+from nav_env.config import ConfigError, camera_overrides, load_level
 from nav_env.env import NavEnv
 from nav_env.render import write_atomic
 from nav_env.vector import NavVectorEnv
@@ -33,8 +34,8 @@ def _actions(n: int, batch: int | None, seed: int = 0) -> np.ndarray:
     return rng.integers(0, 25, size=(n, batch) if batch else n)
 
 
-def bench_single(level: str, seconds: float) -> float:
-    env = NavEnv(level)
+def bench_single(level: str, seconds: float, overrides: dict | None = None) -> float:
+    env = NavEnv(level, overrides=overrides)
     env.reset(seed=0)
     acts = _actions(4096, None)
     steps, t0 = 0, time.perf_counter()
@@ -65,31 +66,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)")
     args = p.parse_args(argv)
     if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1:
         print("error: --num-envs, --seconds and --rounds must be positive", file=sys.stderr)
         return 2
     try:
-        load_level(args.level)
+        overrides = camera_overrides(args.camera) if args.camera else None
+        load_level(args.level, overrides)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    native = NavVectorEnv(args.num_envs, level=args.level)
-    sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level) for _ in range(args.num_envs)])
+    native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides)
+    sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level, overrides=overrides) for _ in range(args.num_envs)])
     runs: dict[str, list[float]] = {"single": [], "sync_vector": [], "native_vector": []}
     for r in range(args.rounds):
-        runs["single"].append(bench_single(args.level, args.seconds))
+        runs["single"].append(bench_single(args.level, args.seconds, overrides))
         runs["sync_vector"].append(bench_vector(sync, args.num_envs, args.seconds))
         runs["native_vector"].append(bench_vector(native, args.num_envs, args.seconds))
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), file=sys.stderr)
     med = {k: median(v) for k, v in runs.items()}
     result = {
-        "level": args.level, "num_envs": args.num_envs, "seconds": args.seconds, "rounds": args.rounds,
+        "level": args.level, "camera": args.camera or "32x32", "num_envs": args.num_envs, "seconds": args.seconds, "rounds": args.rounds,
         "env_steps_per_s": med, "native_over_sync": med["native_vector"] / med["sync_vector"],
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
     }
-    print(f"level {args.level}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})")
+    print(f"level {args.level}, camera {args.camera or '32x32'}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})")
     print(f"{'env':<22}{'env-steps/s':>14}")
     for k, v in med.items():
         print(f"{k:<22}{v:>14,.0f}")

@@ -46,7 +46,8 @@ class ObstacleConfig:
 class CameraConfig:
     width: int = 32
     height: int = 32
-    fov_deg: float = 90.0  # horizontal; pixels are square
+    fov_deg: float = 90.0  # horizontal
+    vfov_deg: float = 0.0  # vertical; 0 = square pixels (vertical FOV from fov_deg and the aspect ratio)
     max_range: float = 10.0  # m; depth is normalised by it
     noise_std: float = 0.0  # Gaussian depth noise, as a fraction of max_range
     dropout: float = 0.0  # probability that a pixel reads 0 (no return)
@@ -104,6 +105,53 @@ class NavConfig:
 
 
 N_STATE_FEATURES = 8
+DEFAULT_CAMERA = (32, 32)  # (height, width) of every level's camera
+AIRLEARNING_CAMERA = (144, 256)  # (height, width): Air Learning's depth image
+
+
+def parse_camera(spec: str | tuple[int, int] | list[int]) -> tuple[int, int]:
+    """``"144x256"`` (height x width), ``"airlearning"``, ``"default"`` or a (height, width) pair ->
+    (height, width); ConfigError (one line) otherwise."""
+    if isinstance(spec, str):
+        named = {"airlearning": AIRLEARNING_CAMERA, "default": DEFAULT_CAMERA}
+        if spec.lower() in named:
+            return named[spec.lower()]
+        h, sep, w = spec.lower().partition("x")
+        if not sep or not h.strip().isdigit() or not w.strip().isdigit():
+            raise ConfigError(f"camera size must be HEIGHTxWIDTH (e.g. 144x256), 'airlearning' or 'default', got {spec!r}")
+        spec = (int(h), int(w))
+    if len(spec) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in spec):
+        raise ConfigError(f"camera size must be two positive integers (height, width), got {spec!r}")
+    if spec[0] * spec[1] > 4096 * 4096:
+        raise ConfigError(f"camera size {spec[0]}x{spec[1]} is too large (at most 4096x4096 pixels)")
+    return int(spec[0]), int(spec[1])
+
+
+def camera_overrides(spec: str | tuple[int, int] | list[int], fov_deg: float = 90.0) -> dict[str, Any]:
+    """Level overrides for a camera of another size with the default camera's field of view.
+
+    The default camera is 32 x 32 with a 90 x 90 degree view. Another size keeps that view: a
+    non-square image (Air Learning's 144 x 256) gets ``camera.vfov_deg = fov_deg`` (non-square
+    pixels), so every pixel of the 32 x 32 image covers the same solid angle as a block of the larger
+    one (8 x 4.5 pixels at 144 x 256). A square size keeps square pixels (and the default is untouched).
+    """
+    h, w = parse_camera(spec)
+    overrides: dict[str, Any] = {"camera.height": h, "camera.width": w}
+    if h != w:
+        overrides["camera.vfov_deg"] = float(fov_deg)
+    return overrides
+
+
+def camera_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
+    """The camera keys of a policy's ``airq.env_config`` metadata as level overrides ({} if absent),
+    so tools that rebuild a policy's env from its level name also get its camera size."""
+    import json
+
+    try:
+        cam = json.loads(metadata.get("airq.env_config") or "{}").get("camera") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {f"camera.{k}": cam[k] for k in ("width", "height", "vfov_deg") if k in cam}
 SECTIONS = {f.name: f.type for f in dataclasses.fields(NavConfig) if f.name != "level"}
 _SECTION_CLASSES = {
     "arena": ArenaConfig, "obstacles": ObstacleConfig, "camera": CameraConfig, "vehicle": VehicleConfig,
@@ -231,6 +279,8 @@ def validate(cfg: NavConfig, source: str = "config") -> None:
     positive("camera.max_range", c.max_range)
     if not 0 < c.fov_deg < 180:
         raise ConfigError(f"{source}: camera.fov_deg must be in (0, 180), got {c.fov_deg!r}")
+    if not (c.vfov_deg == 0 or 0 < c.vfov_deg < 180):
+        raise ConfigError(f"{source}: camera.vfov_deg must be 0 (square pixels) or in (0, 180), got {c.vfov_deg!r}")
     nonneg("camera.noise_std", c.noise_std)
     if not 0 <= c.dropout < 1:
         raise ConfigError(f"{source}: camera.dropout must be in [0, 1), got {c.dropout!r}")

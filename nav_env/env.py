@@ -60,6 +60,12 @@ class NavEnv(gym.Env):
     noise (``camera.noise_std``) and dropout to 0 (``camera.dropout``). The observation is complete:
     a policy needs nothing else.
 
+    Camera size: ``camera.height`` x ``camera.width`` (overrides or a level file) sets the image;
+    ``camera.vfov_deg`` the vertical view (0, the default: square pixels). Air Learning's 144 x 256
+    depth image (36,864 pixels, 36,872 observation values) with the default camera's 90 x 90 degree
+    view is ``overrides=nav_env.config.camera_overrides("144x256")``; each of its 8 x 4.5-pixel blocks
+    covers one pixel of the 32 x 32 image. The 32 x 32 default is unchanged by these keys.
+
     ## Rewards
     Per step: ``reward.step`` (-0.01) plus ``reward.progress`` (0.5) per metre gained toward the goal;
     ``reward.success`` (+10) on reaching the goal; ``reward.collision`` (-10) on a collision.

@@ -32,7 +32,9 @@ class BatchSim:
         u = (c.width / 2 - (np.arange(c.width) + 0.5)) / f
         self.col_angle = np.arctan(u).astype(np.float32)
         self.col_cos = np.cos(self.col_angle).astype(np.float32)
-        self.row_tan = ((np.arange(c.height) + 0.5 - c.height / 2) / f).astype(np.float32)
+        # square pixels unless camera.vfov_deg sets the vertical view (then rows have their own focal length)
+        f_row = f if c.vfov_deg == 0 else (c.height / 2) / math.tan(math.radians(c.vfov_deg) / 2)
+        self.row_tan = ((np.arange(c.height) + 0.5 - c.height / 2) / f_row).astype(np.float32)
         self.pixel_index = np.arange(c.width * c.height, dtype=np.uint32)
 
         # vehicle state (float64) and episode bookkeeping
