@@ -21,9 +21,23 @@ class DeviceProfile:
     cpus: int = 0  # cores the bridge may run on; 0 = all
     threads: int = 1  # onnxruntime intra-op threads
     memory_mb: int = 0  # address-space cap of the bridge process; 0 = none
-    memory_bandwidth_gbs: float | None = None
-    compute_gflops: float | None = None
-    source: str = ""
+    # Roofline figures for a real board (hil.roofline, hil.study): one core, each with its source.
+    memory_bandwidth_gbs: float | None = None  # DRAM streaming bandwidth
+    memory_bandwidth_source: str = ""
+    compute_gflops: float | None = None  # fp32 multiply-add throughput (2 ops per multiply-add)
+    compute_source: str = ""
+    int8_gops: float | None = None  # int8 matrix-product throughput (2 ops per multiply-add)
+    int8_source: str = ""
+    cache_kb: int = 0  # last-level cache: weights that fit there do not stream from DRAM
+    cache_source: str = ""
+    source: str = ""  # general notes
+
+    def throughput_gops(self, precision: str) -> float | None:
+        """Compute throughput for a weight precision (fp32 / int8); None where no figure is known."""
+        return {"fp32": self.compute_gflops, "int8": self.int8_gops}.get(precision)
+
+    def has_roofline(self) -> bool:
+        return bool(self.memory_bandwidth_gbs or self.compute_gflops or self.int8_gops)
 
     def launch_prefix(self) -> list[str]:
         """Command prefix that applies the limits (taskset, prlimit), skipping tools that are absent."""
@@ -54,8 +68,17 @@ def load_profiles(path: Path = PROFILES_FILE) -> dict[str, DeviceProfile]:
         if unknown:
             raise ProfileError(f"{path}: profile {name!r} has unknown key {sorted(unknown)[0]!r}")
         p = DeviceProfile(name=name, **values)
-        if p.cpus < 0 or p.threads < 1 or p.memory_mb < 0:
-            raise ProfileError(f"{path}: profile {name!r}: cpus and memory_mb must be >= 0 and threads >= 1")
+        if p.cpus < 0 or p.threads < 1 or p.memory_mb < 0 or p.cache_kb < 0:
+            raise ProfileError(f"{path}: profile {name!r}: cpus, memory_mb and cache_kb must be >= 0 and threads >= 1")
+        for figure, source in (("memory_bandwidth_gbs", "memory_bandwidth_source"), ("compute_gflops", "compute_source"),
+                               ("int8_gops", "int8_source"), ("cache_kb", "cache_source")):
+            value = getattr(p, figure)
+            if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
+                raise ProfileError(f"{path}: profile {name!r}: {figure} must be a number")
+            if value and value <= 0:
+                raise ProfileError(f"{path}: profile {name!r}: {figure} must be positive")
+            if value and not getattr(p, source).strip():
+                raise ProfileError(f"{path}: profile {name!r}: {figure} needs its {source} (URL + what was measured)")
         profiles[name] = p
     return profiles
 

@@ -1,0 +1,224 @@
+"""Roofline model for batch-1 MLP inference, and this machine's own bandwidth and compute figures.
+
+A batch-1 MLP reads every weight once per inference and does one multiply-add per weight, so
+
+    time >= weight bytes / memory bandwidth      (the weights stream through the core)
+    time >= 2 x multiply-adds / throughput       (ops: one multiply + one add per weight; fp32
+                                                  GFLOPS for fp32 models, int8 Gop/s for int8)
+
+and the predicted time is the larger of the two. Biases, activations, (de)quantisation and the
+per-operator cost of the runtime are not counted, which is why tiny models run far slower than
+this bound. The bandwidth that applies is the one at the model's working-set size: weights that
+fit in a cache stream from it, not from DRAM.
+
+``python -m hil.roofline measure --sizes BYTES ... --out FILE`` measures this machine (one core,
+one thread): streaming read bandwidth at the given working-set sizes and from DRAM, and the
+compute throughput of large-batch onnxruntime matrix products in fp32, fp16 and int8. hil.study
+runs it pinned like the bridge, checks the model against the measured inference times here and
+only then shows a prediction for a real Pi (configs/hil/profiles.toml, with cited figures).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+AGREEMENT = 2.0  # predicted vs measured must agree within this factor before a Pi prediction is shown
+DRAM_BYTES = 256 * 2**20  # working set far beyond any cache: DRAM bandwidth
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What one batch-1 inference must move and compute."""
+
+    weight_bytes: int  # every initializer (weights, biases, scales) read once
+    macs: int  # multiply-adds: one per element of every 2-D weight matrix
+    precision: str  # fp32 / fp16 / int8: the element type of the weight matrices
+
+    @property
+    def ops(self) -> int:
+        return 2 * self.macs
+
+
+def model_cost(path: str | os.PathLike) -> ModelCost:
+    """Weight bytes, multiply-adds and weight precision of an ONNX MLP (Gemm/QGemm/MatMul/MatMulInteger)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    weight_bytes, macs, by_type = 0, 0, {}
+    for init in model.graph.initializer:
+        arr = numpy_helper.to_array(init)
+        weight_bytes += arr.nbytes
+        if arr.ndim == 2 and min(arr.shape) > 1:
+            macs += arr.size
+            by_type[arr.dtype] = by_type.get(arr.dtype, 0) + arr.size
+    if not by_type:
+        raise ValueError(f"{path}: no 2-D weight matrices found (not an MLP?)")
+    dtype = max(by_type, key=by_type.get)
+    precision = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(np.int8): "int8",
+                 np.dtype(np.uint8): "int8"}.get(np.dtype(dtype))
+    if precision is None:
+        raise ValueError(f"{path}: weight type {dtype} has no roofline throughput")
+    return ModelCost(weight_bytes=weight_bytes, macs=macs, precision=precision)
+
+
+def predict_s(cost: ModelCost, bandwidth_gbs: float | None, throughput_gops: float | None) -> dict:
+    """Roofline time: the larger of the memory and the compute bound (either may be unknown)."""
+    mem = cost.weight_bytes / (bandwidth_gbs * 1e9) if bandwidth_gbs else None
+    comp = cost.ops / (throughput_gops * 1e9) if throughput_gops else None
+    bounds = [b for b in (mem, comp) if b is not None]
+    return {
+        "memory_bound_s": mem,
+        "compute_bound_s": comp,
+        "predicted_s": max(bounds) if bounds else None,
+        "bound_by": None if not bounds else ("memory" if mem is not None and mem >= (comp or 0) else "compute"),
+    }
+
+
+# ---------------------------------------------------------------------- measuring this machine
+
+
+def _best_s(fn, min_time_s: float = 0.3, repeats: int = 5) -> float:
+    """Best-of-``repeats`` seconds per call, each repeat running ``fn`` for at least ``min_time_s``."""
+    fn()  # warm (page faults, caches)
+    best = float("inf")
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            dt = time.perf_counter() - t0
+            if dt >= min_time_s / repeats:
+                break
+        best = min(best, dt / n)
+    return best
+
+
+def read_bandwidth_gbs(nbytes: int) -> float:
+    """Streaming-read bandwidth over a working set of ``nbytes`` (float32 dot product: reads each byte once)."""
+    n = max(1024, nbytes // 8)  # two arrays of n float32 = nbytes
+    a = np.ones(n, dtype=np.float32)
+    b = np.ones(n, dtype=np.float32)
+    s = _best_s(lambda: np.dot(a, b))
+    return 2 * n * 4 / s / 1e9
+
+
+def _matmul_model(precision: str, batch: int, k: int, n: int) -> tuple[bytes, dict]:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    if precision == "int8":
+        w = numpy_helper.from_array(rng.integers(-127, 127, (k, n), dtype=np.int8), "w")
+        node = helper.make_node("MatMulInteger", ["x", "w"], ["y"])
+        x_type, y_type = TensorProto.UINT8, TensorProto.INT32
+        feed = {"x": rng.integers(0, 255, (batch, k), dtype=np.uint8)}
+    else:
+        dt = np.float32 if precision == "fp32" else np.float16
+        w = numpy_helper.from_array(rng.standard_normal((k, n)).astype(dt), "w")
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        x_type = y_type = TensorProto.FLOAT if precision == "fp32" else TensorProto.FLOAT16
+        feed = {"x": rng.standard_normal((batch, k)).astype(dt)}
+    graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", x_type, [batch, k])],
+                              [helper.make_tensor_value_info("y", y_type, [batch, n])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model.SerializeToString(), feed
+
+
+def gemm_throughput_gops(precision: str, batch: int = 256, k: int = 1024, n: int = 1024) -> float:
+    """Large-batch onnxruntime matrix product on one thread: 2*batch*k*n ops per run."""
+    import onnxruntime as ort
+
+    data, feed = _matmul_model(precision, batch, k, n)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    s = _best_s(lambda: sess.run(None, feed), min_time_s=0.6)
+    return 2 * batch * k * n / s / 1e9
+
+
+def measure_machine(sizes: list[int]) -> dict:
+    """This machine's figures (run pinned to one core): bandwidth per working-set size and from
+    DRAM, and fp32/fp16/int8 matrix-product throughput."""
+    import onnxruntime as ort
+
+    bandwidth = {str(s): read_bandwidth_gbs(s) for s in sorted(set(sizes))}
+    return {
+        "bandwidth_gbs": bandwidth,
+        "dram_bandwidth_gbs": read_bandwidth_gbs(DRAM_BYTES),
+        "dram_bytes": DRAM_BYTES,
+        "throughput_gops": {p: gemm_throughput_gops(p) for p in PRECISIONS},
+        "method": {
+            "bandwidth": "numpy float32 dot product of two arrays (reads every byte once), best of 5, one thread",
+            "throughput": "onnxruntime MatMul (fp32, fp16) / MatMulInteger (uint8 x int8) 256x1024 @ 1024x1024, "
+                          "one intra-op thread, best of 5; ops = 2 x multiply-adds",
+        },
+        "onnxruntime_version": ort.__version__,
+        "numpy_version": np.__version__,
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
+
+
+def bandwidth_at(machine: dict, nbytes: int) -> float:
+    """The measured bandwidth for the working-set size nearest to ``nbytes``."""
+    sizes = {int(k): v for k, v in machine["bandwidth_gbs"].items()}
+    nearest = min(sizes, key=lambda s: abs(np.log(s) - np.log(max(nbytes, 1))))
+    return sizes[nearest]
+
+
+def check_here(cost: ModelCost, machine: dict, measured_s: float | None) -> dict:
+    """This machine's prediction for a model against its measured inference time."""
+    pred = predict_s(cost, bandwidth_at(machine, cost.weight_bytes), machine["throughput_gops"].get(cost.precision))
+    ratio = measured_s / pred["predicted_s"] if measured_s and pred["predicted_s"] else None
+    return pred | {"measured_s": measured_s, "measured_over_predicted": ratio,
+                   "agrees": ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT}
+
+
+def predict_device(cost: ModelCost, profile) -> dict:
+    """A device profile's roofline time. The DRAM bound is dropped for weights that fit in the
+    profile's last-level cache (no cited cache bandwidth): then only the compute bound is left."""
+    throughput = profile.throughput_gops(cost.precision)
+    fits = bool(profile.cache_kb and cost.weight_bytes <= profile.cache_kb * 1024)
+    pred = predict_s(cost, None if fits else profile.memory_bandwidth_gbs, throughput)
+    missing = [name for name, v in (("compute throughput for " + cost.precision, throughput),
+                                     ("memory bandwidth", None if fits else profile.memory_bandwidth_gbs)) if not v]
+    return pred | {"fits_in_cache": fits, "missing": missing}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hil.roofline", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="measure this machine (run it pinned to one core)")
+    m.add_argument("--sizes", type=int, nargs="*", default=[], help="working-set sizes in bytes")
+    m.add_argument("--out", required=True)
+    c = sub.add_parser("cost", help="weight bytes, multiply-adds and precision of ONNX models")
+    c.add_argument("models", nargs="+")
+    args = p.parse_args(argv)
+    if args.cmd == "cost":
+        for path in args.models:
+            try:
+                print(path, json.dumps(asdict(model_cost(path))))
+            except (OSError, ValueError) as e:
+                print(f"error: {path}: {e}", file=sys.stderr)
+                return 2
+        return 0
+    if any(s <= 0 for s in args.sizes):
+        print("error: --sizes must be positive byte counts", file=sys.stderr)
+        return 2
+    from nav_env.render import write_atomic
+
+    write_atomic(args.out, json.dumps(measure_machine(args.sizes), indent=1).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
