@@ -258,7 +258,7 @@ def quantize_file(
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
-    from nav_env.config import N_STATE_FEATURES, load_level
+    from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
 
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED
     from quantize.model_io import load_policy, save_atomic, serialize
@@ -273,7 +273,8 @@ def quantize_file(
     # Peek at the metadata for the level before checking the input size against that level's env.
     probe = load_policy(model_path)
     level_names = resolve_levels(levels, probe.metadata)
-    cfgs = [load_level(name) for name in level_names]
+    # the model's own camera size (a widened model: policies.widen), else the level's
+    cfgs = [load_level(name, camera_overrides_from_metadata(probe.metadata) or None) for name in level_names]
     src = load_policy(model_path, expected_obs_dim=cfgs[0].obs_dim)
     for name, cfg in zip(level_names, cfgs):
         if cfg.obs_dim != src.obs_dim:
