@@ -1,0 +1,98 @@
+"""hil.memfit: bad input exits 2 with one line; a short real run (bridge as a separate process in a
+real memory cgroup, real onnxruntime) writes its results; without cgroups the constrained runs are
+skipped with the reason."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hil.memlimit as memlimit
+from hil.memfit import read_onnx_metadata, run_memory_fit
+from hil.memlimit import memory_cgroup_support
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "policy1_int8.onnx"
+SUPPORT = memory_cgroup_support()
+
+
+def memfit(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "hil.memfit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "no/such.onnx"], "model file not found"),
+    (["--model", str(MODEL), "--memory-mb", "10"], "--memory-mb must be from 64"),
+    (["--model", str(MODEL), "--memory-mb", "99999999"], "--memory-mb must be from 64"),
+    (["--model", str(MODEL), "--swap-mb", "-1"], "--swap-mb must be >= 0"),
+    (["--model", str(MODEL), "--episodes", "0"], "--episodes must be >= 1"),
+    (["--model", str(MODEL), "--camera", "144by256"], "camera size"),
+    (["--model", str(MODEL), "--memory-mb", "lots"], "invalid int value"),
+    (["--model", str(MODEL), "--cpu", "999"], "--cpu must be a core"),
+    (["--model", str(MODEL), "--level", "nope"], "unknown level"),
+    ([], "--model"),
+])
+def test_bad_input_exits_2(tmp_path, args, message):
+    p = memfit(*args, "--out", str(tmp_path / "o"))
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_metadata_read_without_parsing_the_graph():
+    import onnx
+
+    expected = {e.key: e.value for e in onnx.load(str(MODEL)).metadata_props}
+    assert read_onnx_metadata(MODEL) == expected and expected["airq.obs_dim"] == "1032"
+
+
+def test_camera_mismatch_is_bad_input(tmp_path):
+    p = memfit("--model", str(MODEL), "--camera", "144x256", "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "takes 1032 observation values" in p.stderr
+
+
+@pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
+def test_short_run_constrained_and_baseline(tmp_path):
+    before = {c.name for c in SUPPORT.root.iterdir() if c.name.startswith("airq-memfit")}
+    p = memfit("--model", str(MODEL), "--memory-mb", "256", "--swap-mb", "0", "--episodes", "2", "--max-steps", "40",
+               "--out", str(tmp_path / "o"))
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "o" / "memfit.json").read_text())
+    rows = result["rows"]
+    assert [r["condition"] for r in rows] == ["unconstrained", "constrained"]
+    for r in rows:
+        assert r["loaded"] and r["flown"] and r["episodes"] == 2 and r["steps"] > 0
+        assert 0 < r["infer_p50_ms"] <= r["infer_p99_ms"]
+        assert r["peak_rss_bytes"] > 20 * 2**20 and r["cgroup_samples"]
+        assert r["oom_kills"] == 0 and r["swap_max_bytes"] == 0
+    assert rows[1]["cgroup"]["memory_mb"] == 256 and rows[1]["cgroup_peak_bytes"] <= 256 * 2**20
+    assert set(rows[1]["vs_unconstrained"]) >= {"infer_p50_ms", "loop_hz"}
+    assert (tmp_path / "o" / "memory_over_time.png").stat().st_size > 1000
+    assert "| policy1_int8.onnx | constrained (256 MB) | yes |" in (tmp_path / "o" / "memfit.md").read_text()
+    after = {c.name for c in SUPPORT.root.iterdir() if c.name.startswith("airq-memfit")}
+    assert after <= before  # its cgroups were removed (another run may have its own)
+
+
+@pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
+def test_too_small_without_swap_does_not_load(tmp_path):
+    # Policy III fp32 (27.5 MB of weights, held in several copies while onnxruntime loads it: about
+    # 100 MB of the bridge's own pages) cannot load in 64 MB without swap: the OOM killer ends it
+    rows = run_memory_fit([ROOT / "models" / "policy3_fp32.onnx"], memory_mb=64, swap_mb=0, episodes=1, out_dir=tmp_path,
+                          baseline=False, max_steps=10, load_timeout_s=60)
+    assert len(rows) == 1
+    r = rows[0]
+    assert not r["loaded"] and r["oom_kills"] >= 1 and r["exit_code"] not in (0, None)
+    assert "did not start" in r["error"]
+    assert "| **no** (exit" in (tmp_path / "memfit.md").read_text()
+
+
+def test_without_cgroups_constrained_runs_are_skipped_with_reason(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(memlimit, "_is_root", lambda: False)
+    rows = run_memory_fit([MODEL], memory_mb=256, swap_mb=0, episodes=1, out_dir=tmp_path, max_steps=20)
+    assert [r["condition"] for r in rows] == ["unconstrained", "constrained"]
+    assert rows[0]["flown"] and rows[0]["cgroup"] is None
+    assert "not root" in rows[1]["skipped"]
+    assert "constrained runs skipped: not root" in capsys.readouterr().err
+    assert "skipped: not root" in (tmp_path / "memfit.md").read_text()
