@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.airq-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m hil.run --policy models/policy1_fp32.onnx --policy models/policy1_int8.onnx --sim-only \
 		--episodes 100 --level default --seed 0 --out out/demo
+
+# The deployment study (issue #9, docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
+# default and hard, bridge pinned like a Pi 3b; 200 seeded episodes per model and level (about 20 min on the 2-core VM).
+study: $(STAMP)
+	$(PY) -m hil.study --sim-only --profile pi3b --episodes 200 --levels default hard --seed 0 --out out/study
 
 test: $(STAMP)
 	$(PY) -m pytest -q
