@@ -102,15 +102,25 @@ def run_echo(client: Roundtripper, observations: list[bytes], obs_dim: int, n: i
 
 
 def echo_server() -> None:
-    """Baseline peer: ROUTER that unpacks each request and answers a small map, nothing else."""
+    """Baseline peer: ROUTER that unpacks each request and answers a small map, nothing else.
+
+    The answer has the request's type and the fields of an act reply (action 0, no setpoint,
+    infer_ns 0, device timestamps), so a real BridgeClient - and the closed loop on top of it -
+    can be pointed at it to time the bare transport under the same conditions as the bridge.
+    """
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind("tcp://127.0.0.1:*")
     print(f"{READY_PREFIX}{sock.getsockopt_string(zmq.LAST_ENDPOINT)}", flush=True)
+    monotonic_ns = time.monotonic_ns
     while True:
         frames = sock.recv_multipart()
+        recv_ns = monotonic_ns()
         message = unpack(frames[-1])
-        frames[-1] = pack({"v": 1, "type": "act", "seq": message.get("seq"), "action": 0, "infer_ns": 0})
+        frames[-1] = pack({
+            "v": 1, "type": message.get("type"), "seq": message.get("seq"), "action": 0, "setpoint": None,
+            "logits": None, "infer_ns": 0, "recv_ns": recv_ns, "send_ns": monotonic_ns(),
+        })
         sock.send_multipart(frames)
 
 

@@ -213,12 +213,17 @@ def encode_observation(obs: np.ndarray) -> tuple[bytes, list[int]]:
     return array.tobytes(), list(array.shape)
 
 
+_ZEROS: dict[int, np.ndarray] = {}  # obs_dim -> zero vector for the finiteness check
+
+
 def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.ndarray:
     """Validate an act's obs fields and return a (1, obs_dim) float32 view (no copy).
 
-    Hot path: the happy case costs one frombuffer and one float64 sum. The sum
-    is exact for detecting NaN/Inf: float32 values summed in float64 cannot
-    overflow (max 3.4e38 * obs_dim << 1.8e308), and NaN/Inf propagate.
+    Hot path: the happy case costs one frombuffer and one dot product with zeros.
+    That is exact for detecting NaN/Inf: IEEE 754 makes every finite x * 0 a zero
+    (so the sum is 0, whatever the magnitudes: nothing can overflow) while
+    NaN * 0 and Inf * 0 are NaN, which propagates through the sum. It runs in
+    the BLAS kernel, several times faster than a float64 sum or isfinite().all().
     """
     if type(data) is not bytes:
         raise ProtocolError(
@@ -241,7 +246,10 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
             ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]"
         )
     values = np.frombuffer(data, dtype=OBS_WIRE_DTYPE)
-    if not math.isfinite(values.sum(dtype=np.float64)):
+    zeros = _ZEROS.get(obs_dim)
+    if zeros is None:
+        zeros = _ZEROS[obs_dim] = np.zeros(obs_dim, dtype=OBS_WIRE_DTYPE)
+    if not math.isfinite(values.dot(zeros)):
         bad = np.flatnonzero(~np.isfinite(values))
         raise ProtocolError(
             ErrorCode.BAD_OBSERVATION,

@@ -20,12 +20,22 @@ as a burst of stale acts when it comes back.
 
 With a :class:`~firmware_bridge.keys.ClientCurve` the connection is CurveZMQ:
 encrypted, and only completed if the bridge proves it holds the expected key.
+
+Waiting for a reply: for the first ``spin_us`` microseconds after a request the client checks the
+socket without blocking (yielding the CPU between checks), and only then blocks in poll(). A reply
+that lands while the thread is asleep must first wake it, and on a VM an idle vCPU that halted
+takes tens of microseconds to wake - several such wake-ups (this thread, ZeroMQ's I/O threads on
+both ends) were most of the bridge's overhead in the closed loop. Checking keeps this core awake
+and the reply is picked up within a few microseconds. The yield hands the core to any other runnable
+thread (the bridge, ZeroMQ's I/O threads), so the spin only uses CPU nobody else wants. The last
+sub-millisecond of a deadline is waited the same way, since poll() only waits in whole milliseconds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket as pysocket
 import threading
 import time
@@ -55,6 +65,12 @@ from firmware_bridge.protocol import (
 )
 
 CLIENT_NAME = "airq-hil-client"
+# How long to wait for a reply by checking without blocking before sleeping in poll() (see above).
+# Covers the round trip of a small policy (~100-300 us here) with margin; 0 = always block.
+DEFAULT_SPIN_US = 1000.0
+_POLLIN = zmq.POLLIN
+_EVENTS = zmq.EVENTS
+_sched_yield = getattr(os, "sched_yield", lambda: None)
 
 
 class BridgeError(Exception):
@@ -148,9 +164,12 @@ class BridgeClient:
         resolve_timeout_s: float = 2.0,
         context: zmq.Context | None = None,
         curve: ClientCurve | None = None,
+        spin_us: float = DEFAULT_SPIN_US,
     ) -> None:
         if timeout_s <= 0 or load_timeout_s <= 0 or retries < 0:
             raise ValueError("timeouts must be positive and retries >= 0")
+        if not spin_us >= 0:  # also refuses NaN
+            raise ValueError(f"spin_us must be >= 0 microseconds, got {spin_us!r}")
         try:
             host, port = parse_tcp_endpoint(endpoint)
         except ValueError as exc:
@@ -167,6 +186,7 @@ class BridgeClient:
         self.retries_per_request = retries
         self.load_timeout_s = load_timeout_s
         self.curve = curve
+        self.spin_ns = int(spin_us * 1000)
         self.hello_reply: dict[str, Any] | None = None
         self._seq = 0
         self._context = context or zmq.Context.instance()
@@ -231,7 +251,8 @@ class BridgeClient:
             self._monitor = None
 
     def _drain_monitor(self) -> None:
-        while self._monitor is not None and self._monitor.poll(0):
+        # EVENTS, not poll(0): called twice per act, and poll builds a Poller each time
+        while self._monitor is not None and self._monitor.getsockopt(_EVENTS) & _POLLIN:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECTED:
                 self._connected, self._connect_refused = True, False
@@ -298,11 +319,19 @@ class BridgeClient:
         """The reply to ``seq`` if it arrives before the deadline; stale replies are dropped."""
         sock = self._socket
         assert sock is not None
-        while (remaining_ns := deadline_ns - time.perf_counter_ns()) > 0:
-            if not sock.poll(max(1, remaining_ns // 1_000_000)):
+        clock = time.perf_counter_ns
+        # Check without blocking until spin_end, and again in the last millisecond before the deadline.
+        spin_end = min(sent_ns + self.spin_ns, deadline_ns)
+        block_end = deadline_ns - 1_000_000
+        while (now := clock()) < deadline_ns:
+            if now < spin_end or now >= block_end:
+                if not sock.getsockopt(_EVENTS) & _POLLIN:
+                    _sched_yield()
+                    continue
+            elif not sock.poll(max(1, (block_end - now) // 1_000_000)):  # whole ms, ends by the deadline
                 continue
             frames = sock.recv_multipart()
-            rtt_ns = time.perf_counter_ns() - sent_ns
+            rtt_ns = clock() - sent_ns
             try:
                 reply = unpack(frames[-1])
             except ProtocolError as exc:

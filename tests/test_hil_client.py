@@ -292,3 +292,34 @@ def test_act_within_fails_fast_when_the_bridge_is_gone(model: bytes) -> None:
         assert time.monotonic() - start < 0.5  # no pipe and no connection: fail-safe at once, not after 1 s
         assert client.disconnects >= 1
         client.close()
+
+
+def test_spin_us_must_be_non_negative() -> None:
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="spin_us"):
+            BridgeClient("tcp://127.0.0.1:5555", spin_us=bad)
+
+
+@pytest.mark.parametrize("spin_us", [0.0, 2_000.0, 400_000.0])
+def test_replies_are_taken_while_spinning_and_while_blocked(spin_us: float) -> None:
+    """Reply-wait paths (hil.client docstring): whether a reply lands within the first spin_us (non-blocking
+    checks) or after them (blocking poll), it is delivered to the right request: replies come at once,
+    60 ms late and 5 ms late, against no spin, a spin shorter than the delays and one longer than all."""
+    delays = [0.0, 0.06, 0.005]
+
+    def answer_after_delay(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        time.sleep(delays[index % len(delays)])
+        reply_with(router, frames, action=index, setpoint=None, logits=None, infer_ns=1, recv_ns=1, send_ns=2)
+
+    endpoint, stop, thread = scripted_peer(answer_after_delay)
+    try:
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0, spin_us=spin_us) as client:
+            assert client.status()["seq"] == 1  # index 0: immediate; also waits out the connection
+            result = client.act_within(np.zeros(OBS_DIM), 2.0)  # index 1: 60 ms late
+            assert result is not None and result.action == 1 and result.rtt_ns >= 60_000_000
+            results = [client.act_within(np.zeros(OBS_DIM), 0.5) for _ in range(3)]  # index 2, 3, 4
+            assert [r.action for r in results if r is not None] == [2, 3, 4]
+            assert client.stale_replies == 0
+    finally:
+        stop.set()
+        thread.join()

@@ -82,6 +82,20 @@ def test_huge_finite_values_are_not_mistaken_for_inf() -> None:
     assert decode_observation(obs.tobytes(), [DIM], None, DIM).shape == (1, DIM)
 
 
+@pytest.mark.parametrize("index", [0, 1, 7, 8, 15, 16, 515, 1024, 1030, 1031])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_found_anywhere_in_a_full_size_observation(index: int, bad: float) -> None:
+    """The finiteness check at the policies' real width (a BLAS dot: unrolled blocks and a tail)."""
+    dim = 1032
+    rng = np.random.default_rng(index)
+    obs = (rng.standard_normal(dim) * 1e30).astype(np.float32)
+    obs[::97] = np.finfo(np.float32).max  # huge finite values around must not hide or fake anything
+    assert decode_observation(obs.tobytes(), [dim], None, dim).shape == (1, dim)
+    obs[index] = bad
+    with pytest.raises(ProtocolError, match=f"first at index {index}"):
+        decode_observation(obs.tobytes(), [1, dim], "<f4", dim)
+
+
 @pytest.mark.parametrize("payload", [b"", b"\xc1", b"\x93\x01", pack({"a": 1}) + b"trailing"])
 def test_unpack_rejects_malformed_msgpack(payload: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
