@@ -56,8 +56,9 @@ class MemfitError(ValueError):
 @dataclass
 class MemfitConfig:
     models: list[Path]
-    memory_mb: list[int] = field(default_factory=lambda: [PI3B_MEMORY_MB])  # one constrained run per limit
-    swap_mb: int = 2048  # swap the constrained bridge may use (a swap file of this size is made if none is active)
+    # one constrained run per limit: RAM MB, or (RAM MB, swap MB) / "RAM:SWAP" to set that run's swap
+    memory_mb: list[int | tuple[int, int] | str] = field(default_factory=lambda: [PI3B_MEMORY_MB])
+    swap_mb: int = 2048  # swap a constrained bridge may use unless its limit says (a swap file is made if none is active)
     episodes: int = 10
     seed: int = 0
     level: str = "default"
@@ -66,6 +67,7 @@ class MemfitConfig:
     cpu: int | None = 0  # core the bridge is pinned to (taskset); None: not pinned
     threads: int = 1  # onnxruntime intra-op threads
     rate_hz: float | None = None  # None: lockstep loop (every action applied, however slow)
+    time_budget_s: float | None = 900.0  # per run: no new episode starts after this long flying (a thrashing bridge)
     load_timeout_s: float = 900.0  # the bridge must load and answer within this
     request_timeout_s: float = 120.0  # per status/reset request (a swapping bridge is slow to answer)
     max_steps: int | None = None  # cap episode length (default: the level's 500)
@@ -146,6 +148,25 @@ def model_config(path: Path, level: str, camera: tuple[int, int] | None, max_ste
     return cfg, meta
 
 
+def parse_limit(spec: int | tuple[int, int] | list[int] | str, default_swap_mb: int) -> tuple[int, int]:
+    """900 -> (900, default swap); "900:0" or (900, 0) -> RAM 900 MB with 0 MB swap."""
+    if isinstance(spec, str):
+        mem, sep, swap = spec.partition(":")
+        try:
+            return int(mem), int(swap) if sep else default_swap_mb
+        except ValueError:
+            raise MemfitError(f"--memory-mb must be MB or MB:SWAP_MB (e.g. 900 or 900:0), got {spec!r}") from None
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        return int(spec[0]), int(spec[1])
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return spec, default_swap_mb
+    raise MemfitError(f"a memory limit must be MB or (MB, swap MB), got {spec!r}")
+
+
+def limits(c: MemfitConfig) -> list[tuple[int, int]]:
+    return [parse_limit(m, c.swap_mb) for m in c.memory_mb]
+
+
 def check_config(c: MemfitConfig) -> None:
     if not c.models:
         raise MemfitError("give at least one --model")
@@ -153,13 +174,17 @@ def check_config(c: MemfitConfig) -> None:
         if not Path(p).is_file():
             raise MemfitError(f"model file not found: {p}")
     total_mb = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB if hasattr(os, "sysconf") else 1 << 30
-    if not c.memory_mb:
-        raise MemfitError("give at least one --memory-mb")
-    for m in c.memory_mb:
-        if not 64 <= m < total_mb:
-            raise MemfitError(f"--memory-mb must be from 64 to below this machine's {total_mb} MB, got {m}")
     if c.swap_mb < 0:
         raise MemfitError(f"--swap-mb must be >= 0, got {c.swap_mb}")
+    if not c.memory_mb:
+        raise MemfitError("give at least one --memory-mb")
+    for m, swap in limits(c):
+        if not 64 <= m < total_mb:
+            raise MemfitError(f"--memory-mb must be from 64 to below this machine's {total_mb} MB, got {m}")
+        if swap < 0:
+            raise MemfitError(f"swap of a limit must be >= 0 MB, got {swap}")
+    if c.time_budget_s is not None and c.time_budget_s <= 0:
+        raise MemfitError(f"--time-budget-s must be positive, got {c.time_budget_s}")
     if c.episodes < 1:
         raise MemfitError(f"--episodes must be >= 1, got {c.episodes}")
     if c.threads < 1:
@@ -179,7 +204,12 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None) -> dict[str, Any]:
+class _Budget(Exception):
+    pass
+
+
+def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None,
+             swap_mb: int | None = None) -> dict[str, Any]:
     """Start the bridge for ``path`` (in ``cgroup`` if given), fly the episodes, return the row."""
     from firmware_bridge.launcher import BridgeProcess, BridgeStartError
     from hil.client import BridgeClient, BridgeError
@@ -190,7 +220,7 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
 
     row: dict[str, Any] = {"model": str(path), "name": path.name, "condition": condition,
                            "memory_limit_mb": memory_mb if condition == "constrained" else None,
-                           "swap_limit_mb": c.swap_mb if condition == "constrained" else None,
+                           "swap_limit_mb": swap_mb if condition == "constrained" else None,
                            "model_bytes": path.stat().st_size, "camera": f"{cfg.camera.height}x{cfg.camera.width}",
                            "obs_dim": cfg.obs_dim, "cgroup": cgroup.describe() if cgroup else None}
     sampler = CgroupSampler(cgroup, c.sample_period_s).start() if cgroup else None
@@ -223,8 +253,21 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
         deadline_s = 3600.0 if c.rate_hz is None else default_deadline_s(cfg, c.rate_hz)
         link = ControlLink(client, deadline_s, max_outage_s=max(60.0, c.request_timeout_s * 2))
         t_fly = time.monotonic()
+        holder: dict[str, Any] = {}
+
+        def on_episode(ep, rec) -> None:
+            holder["rec"] = rec
+            if c.time_budget_s is not None and time.monotonic() - t_fly > c.time_budget_s and len(rec.episodes) < c.episodes:
+                raise _Budget
+
         try:
-            rec = run_closed_loop(client, cfg, c.episodes, c.seed, rate_hz=c.rate_hz, keep_trajectories=0, env=env, link=link)
+            rec = run_closed_loop(client, cfg, c.episodes, c.seed, rate_hz=c.rate_hz, keep_trajectories=0, env=env, link=link,
+                                  on_episode=on_episode)
+            row["time_budget_hit"] = False
+        except _Budget:
+            rec = holder["rec"]
+            rec.status_end = client.status()
+            row["time_budget_hit"] = True
         except BridgeError as e:
             row.update(flown=False, error=f"{type(e).__name__}: {str(e)[:300]}", exit_code=bridge.process.poll() if bridge.process else None)
             return row
@@ -282,15 +325,16 @@ def _cgroup_summary(samples: list[dict]) -> dict[str, Any]:
 def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_MEMORY_MB, swap_mb: int = 2048, episodes: int = 10,
                    camera: tuple[int, int] | None = None, seed: int = 0, out_dir: Path | str = "out/memfit/run",
                    **options: Any) -> list[dict[str, Any]]:
-    """Run every model unconstrained and under ``memory_mb`` MB RAM (one run per limit if a list) +
-    ``swap_mb`` MB swap; write
+    """Run every model unconstrained and under ``memory_mb`` MB RAM + ``swap_mb`` MB swap; write
     OUT/memfit.json, memfit.md, memory_over_time.png; return one row per (model, condition).
 
     Rows of a condition that cannot run here (not root, no memory cgroup) have ``skipped`` set to
     the reason; every other row has ``loaded`` and, once flown, the latency/memory/success figures.
+    ``memory_mb``: one limit (900, "900:0" or (900, 0): RAM MB with its own swap MB) or a list of them,
+    one constrained run each.
     ``options``: the other MemfitConfig fields (level, cpu, threads, rate_hz, load_timeout_s, ...).
     Raises MemfitError on bad input."""
-    c = MemfitConfig(models=[Path(m) for m in models], memory_mb=[memory_mb] if isinstance(memory_mb, int) else list(memory_mb), swap_mb=swap_mb, episodes=episodes,
+    c = MemfitConfig(models=[Path(m) for m in models], memory_mb=[memory_mb] if isinstance(memory_mb, (int, str, tuple)) else list(memory_mb), swap_mb=swap_mb, episodes=episodes,
                      camera=camera, seed=seed, out_dir=Path(out_dir), **options)
     check_config(c)
     cfgs = {p: model_config(p, c.level, c.camera, c.max_steps) for p in c.models}
@@ -300,41 +344,43 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
     started = time.time()
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
-    swap_info: dict[str, Any] = {"requested_mb": c.swap_mb, "active_before_bytes": active_swap_bytes(), "created_mb": 0}
+    pairs = limits(c)
+    swap_needed = max((sw for _, sw in pairs), default=0)
+    swap_info: dict[str, Any] = {"requested_mb": swap_needed, "active_before_bytes": active_swap_bytes(), "created_mb": 0}
     skip_reason = None if support.available else support.reason
     swap = None
     try:
-        if skip_reason is None and c.swap_mb > 0 and c.make_swap and not swap_info["active_before_bytes"]:
+        if skip_reason is None and swap_needed > 0 and c.make_swap and not swap_info["active_before_bytes"]:
             try:
-                swap = SwapFile(c.swap_mb).open()
-                swap_info["created_mb"] = c.swap_mb if swap.created else 0
+                swap = SwapFile(swap_needed).open()
+                swap_info["created_mb"] = swap_needed if swap.created else 0
             except MemLimitError as e:
                 skip_reason = f"cannot create swap: {e}"
-        elif skip_reason is None and c.swap_mb > 0 and not swap_info["active_before_bytes"]:
-            skip_reason = "no swap active and --no-make-swap"
+        elif skip_reason is None and swap_needed > 0 and not swap_info["active_before_bytes"]:
+            skip_reason = "no swap active and make_swap is off"
         swap_info["active_during_bytes"] = active_swap_bytes()
         if skip_reason:
             print(f"hil.memfit: constrained runs skipped: {skip_reason}", file=sys.stderr)
         for path in c.models:
             cfg, meta = cfgs[path]
-            conditions = ([("unconstrained", 0)] if c.baseline else []) + [("constrained", m) for m in c.memory_mb]
-            for condition, limit in conditions:
-                print(f"hil.memfit: {path.name} {condition} ...", file=sys.stderr, flush=True)
+            conditions = ([("unconstrained", 0, None)] if c.baseline else []) + [("constrained", m, sw) for m, sw in pairs]
+            for condition, limit, swap_limit in conditions:
+                label = condition + (f" {limit} MB + {swap_limit} MB swap" if limit else "")
+                print(f"hil.memfit: {path.name} {label} ...", file=sys.stderr, flush=True)
                 if condition == "constrained" and skip_reason:
                     rows.append({"model": str(path), "name": path.name, "condition": condition, "memory_limit_mb": limit,
-                                 "skipped": skip_reason})
+                                 "swap_limit_mb": swap_limit, "skipped": skip_reason})
                     continue
                 if skip_reason:  # baseline without a cgroup: bridge figures only
                     rows.append(_fly_one(c, path, cfg, condition, None))
                     continue
-                swap_limit = c.swap_mb if condition == "constrained" else None
                 try:
                     with MemoryCgroup(f"memfit-{condition}", limit, swap_limit, support) as cg:
-                        rows.append(_fly_one(c, path, cfg, condition, cg, limit))
+                        rows.append(_fly_one(c, path, cfg, condition, cg, limit, swap_limit))
                 except MemLimitError as e:
-                    print(f"hil.memfit: {path.name} {condition} skipped: {e}", file=sys.stderr)
+                    print(f"hil.memfit: {path.name} {label} skipped: {e}", file=sys.stderr)
                     rows.append({"model": str(path), "name": path.name, "condition": condition, "memory_limit_mb": limit,
-                                 "skipped": str(e)})
+                                 "swap_limit_mb": swap_limit, "skipped": str(e)})
                     continue
                 rows[-1]["source_sha256"] = meta.get("airq.widen.source_sha256") or meta.get("airq.quant.source_sha256")
                 print(f"hil.memfit:   {_one_line(rows[-1])}", file=sys.stderr, flush=True)
@@ -353,6 +399,7 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
                      "does; above it the kernel reclaims and swaps inside the cgroup"),
         "not_emulated": ("a Pi's CPU, caches and memory bandwidth; its swap device: swap here is a file on this machine's "
                          "disk, much faster than a Pi's SD card, so slowdowns are lower bounds; the host side is not limited"),
+        "limits": pairs,
         "rows": rows,
     }
     out = Path(c.out_dir)
@@ -421,7 +468,7 @@ def _one_line(r: dict) -> str:
 def format_markdown(result: dict) -> str:
     c = result["config"]
     lines = [
-        f"# Memory fit: {' / '.join(str(m) for m in c['memory_mb'])} MB RAM + {c['swap_mb']} MB swap vs unconstrained",
+        "# Memory fit: " + ", ".join(f"{m} MB RAM + {sw} MB swap" for m, sw in result["limits"]) + " vs unconstrained",
         "",
         f"{result['date_utc']} UTC, {result['machine']['cpu']} ({result['machine']['cores']} cores, {result['machine']['ram_mb']:,} MB), "
         f"kernel {result['machine']['kernel']}, {result['cgroup']['detail']}; run wall time {result['wall_s']:.0f} s; "
@@ -433,7 +480,7 @@ def format_markdown(result: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        cond = r["condition"] + (f" ({r['memory_limit_mb']} MB)" if r.get("memory_limit_mb") else "")
+        cond = r["condition"] + (f" ({r['memory_limit_mb']} MB, swap {r.get('swap_limit_mb')} MB)" if r.get("memory_limit_mb") else "")
         if r.get("skipped"):
             lines.append(f"| {r['name']} | {cond} | skipped: {r['skipped']} |" + " |" * 11)
             continue
@@ -443,6 +490,8 @@ def format_markdown(result: dict) -> str:
                          f"{_mb(r.get('swap_max_bytes'))} | {r.get('major_faults')} | - |")
             continue
         succ = f"{r['success']}/{r['episodes']}" if r.get("flown") else f"failed: {r.get('error', '')[:60]}"
+        if r.get("time_budget_hit"):
+            succ += " (time budget)"
         lines.append(
             f"| {r['name']} | {cond} | yes | {r['load_s']:.1f} | {_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))} | "
             f"{_f(r.get('loop_hz'), '{:,.1f}')} | {_f(r.get('acts_over_control_deadline'), '{:.1%}')} | {_mb(r.get('peak_rss_bytes'))} | "
@@ -454,7 +503,7 @@ def format_markdown(result: dict) -> str:
                   "|---|---|---|---|---|---|"]
         for r in ratios:
             v = r["vs_unconstrained"]
-            lines.append(f"| {r['name']} at {r['memory_limit_mb']} MB | {_f(v.get('infer_p50_ms'), '{:.2f}x')} | {_f(v.get('infer_p99_ms'), '{:.2f}x')} | "
+            lines.append(f"| {r['name']} at {r['memory_limit_mb']} MB + {r['swap_limit_mb']} MB swap | {_f(v.get('infer_p50_ms'), '{:.2f}x')} | {_f(v.get('infer_p99_ms'), '{:.2f}x')} | "
                          f"{_f(v.get('loop_hz'), '{:.2f}x')} | {_f(v.get('load_s'), '{:.2f}x')} | {_f(v.get('peak_rss'), '{:.2f}x')} |")
     lines += ["", f"Emulated: {result['emulated']}.", f"Not emulated: {result['not_emulated']}.",
               f"Swap: {result['swap']}.", ""]
@@ -488,7 +537,7 @@ def plot_memory(rows: list[dict], path: Path) -> Path | None:
         if s:
             ax.axvline(loaded_t, color="gray", ls=":", lw=1)
         status = "did not load" if not r.get("loaded") else f"p50 {_f(r.get('infer_p50_ms'))} ms"
-        cond = f"{r['memory_limit_mb']} MB RAM" if r.get("memory_limit_mb") else r["condition"]
+        cond = f"{r['memory_limit_mb']} MB RAM + {r['swap_limit_mb']} MB swap" if r.get("memory_limit_mb") else r["condition"]
         ax.set_title(f"{r['name']} - {cond} ({status})", fontsize=9)
         ax.set_ylabel("MB")
         ax.legend(fontsize=7, loc="upper right")
@@ -515,9 +564,11 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m hil.memfit", description=__doc__.split("\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare")
-    p.add_argument("--memory-mb", type=int, action="append", help="RAM limit of the constrained bridge (default 900: a Pi 3b); "
-                   "repeat for several limits")
-    p.add_argument("--swap-mb", type=int, default=2048, help="swap the constrained bridge may use (0: none, so OOM at the limit)")
+    p.add_argument("--memory-mb", action="append", metavar="MB[:SWAP_MB]",
+                   help="RAM limit of a constrained run (default 900: a Pi 3b), optionally with its own swap (900:0 = none); "
+                   "repeat for several runs")
+    p.add_argument("--swap-mb", type=int, default=2048, help="swap a constrained bridge may use unless its --memory-mb says "
+                   "(0: none, so OOM at the limit)")
     p.add_argument("--episodes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--level", default="default")
@@ -527,12 +578,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-hz", type=float, help="pace the loop (late acts fly hover); default lockstep")
     p.add_argument("--max-steps", type=int, help="episode length cap (default: the level's)")
     p.add_argument("--load-timeout-s", type=float, default=900.0)
+    p.add_argument("--time-budget-s", type=float, default=900.0,
+                   help="per run: start no new episode after this long flying (a thrashing bridge takes seconds per act)")
     p.add_argument("--no-baseline", action="store_true", help="skip the unconstrained runs")
     p.add_argument("--out", default="out/memfit/run")
     a = p.parse_args(argv)
     run_memory_fit(a.model, a.memory_mb or [PI3B_MEMORY_MB], a.swap_mb, a.episodes, a.camera, a.seed, a.out, level=a.level,
                    cpu=None if a.cpu == -1 else a.cpu, threads=a.threads, rate_hz=a.rate_hz, max_steps=a.max_steps,
-                   load_timeout_s=a.load_timeout_s, baseline=not a.no_baseline)
+                   load_timeout_s=a.load_timeout_s, baseline=not a.no_baseline,
+                   time_budget_s=a.time_budget_s)
     out = Path(a.out)
     print((out / "memfit.md").read_text())
     print(f"results: {out / 'memfit.json'}, {out / 'memfit.md'}, {out / 'memory_over_time.png'}")

@@ -28,7 +28,10 @@ def memfit(*args, timeout=60):
     (["--model", str(MODEL), "--swap-mb", "-1"], "--swap-mb must be >= 0"),
     (["--model", str(MODEL), "--episodes", "0"], "--episodes must be >= 1"),
     (["--model", str(MODEL), "--camera", "144by256"], "camera size"),
-    (["--model", str(MODEL), "--memory-mb", "lots"], "invalid int value"),
+    (["--model", str(MODEL), "--memory-mb", "lots"], "--memory-mb must be MB or MB:SWAP_MB"),
+    (["--model", str(MODEL), "--memory-mb", "900:x"], "--memory-mb must be MB or MB:SWAP_MB"),
+    (["--model", str(MODEL), "--memory-mb", "900:-5"], "swap of a limit must be >= 0"),
+    (["--model", str(MODEL), "--time-budget-s", "0"], "--time-budget-s must be positive"),
     (["--model", str(MODEL), "--cpu", "999"], "--cpu must be a core"),
     (["--model", str(MODEL), "--level", "nope"], "unknown level"),
     ([], "--model"),
@@ -70,7 +73,7 @@ def test_short_run_constrained_and_baseline(tmp_path):
     assert rows[1]["cgroup"]["memory_mb"] == 256 and rows[1]["cgroup_peak_bytes"] <= 256 * 2**20
     assert set(rows[1]["vs_unconstrained"]) >= {"infer_p50_ms", "loop_hz"}
     assert (tmp_path / "o" / "memory_over_time.png").stat().st_size > 1000
-    assert "| policy1_int8.onnx | constrained (256 MB) | yes |" in (tmp_path / "o" / "memfit.md").read_text()
+    assert "| policy1_int8.onnx | constrained (256 MB, swap 0 MB) | yes |" in (tmp_path / "o" / "memfit.md").read_text()
     after = {c.name for c in SUPPORT.root.iterdir() if c.name.startswith("airq-memfit")}
     assert after <= before  # its cgroups were removed (another run may have its own)
 
@@ -96,3 +99,10 @@ def test_without_cgroups_constrained_runs_are_skipped_with_reason(tmp_path, monk
     assert "not root" in rows[1]["skipped"]
     assert "constrained runs skipped: not root" in capsys.readouterr().err
     assert "skipped: not root" in (tmp_path / "memfit.md").read_text()
+
+
+def test_time_budget_stops_starting_episodes(tmp_path, monkeypatch):
+    monkeypatch.setattr(memlimit, "_is_root", lambda: False)  # the baseline alone, no cgroup needed
+    rows = run_memory_fit([MODEL], memory_mb="256:0", episodes=3, out_dir=tmp_path, max_steps=10, time_budget_s=1e-3)
+    assert rows[0]["time_budget_hit"] and rows[0]["episodes"] == 1 and rows[0]["steps"] <= 10
+    assert rows[1]["memory_limit_mb"] == 256 and rows[1]["swap_limit_mb"] == 0 and rows[1]["skipped"]
