@@ -5,7 +5,9 @@ round trips over TCP loopback. Reports percentiles of the round trip, the
 device's inference time, and the overhead (round trip minus inference). For
 scale it also times a bare ZeroMQ+msgpack echo server (a second process doing
 nothing but unpack/pack) with the same message sizes: "overhead / bare echo"
-is the price of the bridge's own code.
+is the price of the bridge's own code. Both run at the same time and are timed
+in alternating blocks of --block round trips, so a change in the machine's
+load hits both alike; the spread of the per-block p50s is reported too.
 
 Without --policy it builds a random MLP with the onnx package (host extra).
 """
@@ -13,6 +15,7 @@ Without --policy it builds a random MLP with the onnx package (host extra).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -66,14 +69,16 @@ def _percentiles_us(values_ns: np.ndarray) -> dict[str, float]:
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(values_ns.mean() / 1e3)}
 
 
-def run_acts(client: Roundtripper, observations: list[bytes], obs_dim: int, n: int, warmup: int) -> Samples:
+def run_acts(
+    client: Roundtripper, observations: list[bytes], obs_dim: int, n: int, warmup: int, first_seq: int = 0
+) -> Samples:
     rtt = np.empty(n, np.int64)
     infer = np.empty(n, np.int64)
     handler = np.empty(n, np.int64)
     shape = [obs_dim]
     for i in range(-warmup, n):
         payload = pack(
-            request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4")
+            request(MsgType.ACT, first_seq + i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4")
         )
         start = time.perf_counter_ns()
         reply = unpack(client.call(payload))
@@ -152,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", metavar="FILE", help="ONNX policy (default: a random MLP built with onnx)")
     parser.add_argument("--n", type=positive_int, default=2000, help="timed act round trips (default 2000)")
     parser.add_argument("--warmup", type=int, default=200, help="untimed round trips first (default 200)")
+    parser.add_argument(
+        "--block", type=positive_int, default=250, help="round trips per alternating bridge/echo block (default 250)"
+    )
     parser.add_argument("--client", choices=("dealer", "req"), default="dealer")
     parser.add_argument("--threads", type=positive_int, default=1, help="bridge onnxruntime threads")
     parser.add_argument("--obs-dim", type=positive_int, default=1032, help="for the generated MLP")
@@ -165,31 +173,47 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     model, model_label = load_model(args.policy, args.obs_dim, args.hidden)
-    with BridgeProcess(
-        ["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20))]
-    ) as bridge:
+    with contextlib.ExitStack() as stack:
+        bridge = stack.enter_context(
+            BridgeProcess(["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20))])
+        )
+        echo = None if args.no_baseline else stack.enter_context(EchoProcess())
         client = Roundtripper(bridge.endpoint, args.client)
-        try:
-            loaded = unpack(client.call(pack(load_policy_request(0, model, name="bench"))))
-            if loaded.get("type") != MsgType.LOAD_POLICY:
-                fail(f"bridge refused the policy: {loaded.get('code')}: {loaded.get('message')}", prog=PROG)
-            obs_dim = loaded["obs_dim"]
-            rng = np.random.default_rng(0)
-            observations = [rng.standard_normal(obs_dim).astype("<f4").tobytes() for _ in range(OBS_POOL)]
-            samples = run_acts(client, observations, obs_dim, args.n, args.warmup)
-            status = unpack(client.call(pack(request(MsgType.STATUS, 1))))
-        finally:
-            client.close()
-    baseline = None
-    if not args.no_baseline:
-        with EchoProcess() as echo:
-            echo_client = Roundtripper(echo.endpoint, args.client)
-            try:
-                baseline = run_echo(echo_client, observations, obs_dim, args.n, args.warmup)
-            finally:
-                echo_client.close()
+        stack.callback(client.close)
+        echo_client = None if echo is None else Roundtripper(echo.endpoint, args.client)
+        if echo_client is not None:
+            stack.callback(echo_client.close)
+        loaded = unpack(client.call(pack(load_policy_request(0, model, name="bench"))))
+        if loaded.get("type") != MsgType.LOAD_POLICY:
+            fail(f"bridge refused the policy: {loaded.get('code')}: {loaded.get('message')}", prog=PROG)
+        obs_dim = loaded["obs_dim"]
+        rng = np.random.default_rng(0)
+        observations = [rng.standard_normal(obs_dim).astype("<f4").tobytes() for _ in range(OBS_POOL)]
+        acts: list[Samples] = []
+        echoes: list[np.ndarray] = []
+        done = 0
+        while done < args.n:  # alternate blocks (bridge first, then echo, then the other way round)
+            size = min(args.block, args.n - done)
+            warmup = args.warmup if not done else 0
+            first = len(acts) % 2 == 0
+            if first or echo_client is None:
+                acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
+            if echo_client is not None:
+                echoes.append(run_echo(echo_client, observations, obs_dim, size, warmup))
+            if not first and echo_client is not None:
+                acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
+            done += size
+        status = unpack(client.call(pack(request(MsgType.STATUS, 1))))
 
+    samples = Samples(*(np.concatenate([getattr(block, f) for block in acts]) for f in ("rtt_ns", "infer_ns", "handler_ns")))
+    block_overhead_p50 = [float(np.median(b.rtt_ns - b.infer_ns) / 1e3) for b in acts]
+    block_echo_p50 = [float(np.median(e) / 1e3) for e in echoes]
+    baseline = np.concatenate(echoes) if echoes else None
     report = build_report(args, model_label, loaded, samples, baseline, status)
+    report["block"] = args.block
+    report["overhead_p50_us_by_block"] = block_overhead_p50
+    if echoes:
+        report["bare_echo_p50_us_by_block"] = block_echo_p50
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -238,6 +262,13 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [f"{label:28s}{v['p50']:9.1f}{v['p95']:9.1f}{v['p99']:9.1f}" for label, v in rows]
     if "overhead_p50_over_bare_echo_p50" in report:
         lines.append(f"overhead p50 / bare echo p50: {report['overhead_p50_over_bare_echo_p50']:.2f}x")
+    spreads = [("overhead", report["overhead_p50_us_by_block"])]
+    if "bare_echo_p50_us_by_block" in report:
+        spreads.append(("bare echo", report["bare_echo_p50_us_by_block"]))
+    lines.append(
+        f"p50 per block of {report['block']} (interleaved): "
+        + "; ".join(f"{name} {min(v):.0f}-{max(v):.0f} us" for name, v in spreads)
+    )
     rss = report.get("bridge_rss_bytes")
     delta = report.get("model_rss_delta_bytes")
     if rss:

@@ -27,8 +27,10 @@ that lands while the thread is asleep must first wake it, and on a VM an idle vC
 takes tens of microseconds to wake - several such wake-ups (this thread, ZeroMQ's I/O threads on
 both ends) were most of the bridge's overhead in the closed loop. Checking keeps this core awake
 and the reply is picked up within a few microseconds. The yield hands the core to any other runnable
-thread (the bridge, ZeroMQ's I/O threads), so the spin only uses CPU nobody else wants. The last
-sub-millisecond of a deadline is waited the same way, since poll() only waits in whole milliseconds.
+thread (the bridge, ZeroMQ's I/O threads), so the spin only uses CPU nobody else wants; when a yield
+shows that another thread did want it (a contended CPU), the client stops spinning and blocks, for
+that wait and, backing off, for the next ones. The last sub-millisecond of a deadline is waited the
+same way, since poll() only waits in whole milliseconds.
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ CLIENT_NAME = "airq-hil-client"
 # How long to wait for a reply by checking without blocking before sleeping in poll() (see above).
 # Covers the round trip of a small policy (~100-300 us here) with margin; 0 = always block.
 DEFAULT_SPIN_US = 1000.0
+# One check-and-yield takes a few microseconds; a longer gap means the yield handed this core to another
+# thread: the CPU is contended, and there spinning loses (each yield can wait out another thread's time
+# slice, while a blocked thread is woken promptly). Such a wait stops spinning, and so do the next
+# 1, 2, 4 ... SPIN_BACKOFF_MAX waits while it keeps happening; each uncontended spin halves the backoff.
+CONTENDED_GAP_NS = 50_000
+SPIN_BACKOFF_MAX = 256
 _POLLIN = zmq.POLLIN
 _EVENTS = zmq.EVENTS
 _sched_yield = getattr(os, "sched_yield", lambda: None)
@@ -187,6 +195,9 @@ class BridgeClient:
         self.load_timeout_s = load_timeout_s
         self.curve = curve
         self.spin_ns = int(spin_us * 1000)
+        self.spin_backoffs = 0  # waits whose spin stopped because the CPU was contended
+        self._spin_skip = 0  # coming waits that block at once (contention backoff)
+        self._spin_backoff = 1
         self.hello_reply: dict[str, Any] | None = None
         self._seq = 0
         self._context = context or zmq.Context.instance()
@@ -321,13 +332,24 @@ class BridgeClient:
         assert sock is not None
         clock = time.perf_counter_ns
         # Check without blocking until spin_end, and again in the last millisecond before the deadline.
-        spin_end = min(sent_ns + self.spin_ns, deadline_ns)
+        spin_ns = self.spin_ns
+        if self._spin_skip:
+            self._spin_skip -= 1
+            spin_ns = 0
+        spin_end = min(sent_ns + spin_ns, deadline_ns)
         block_end = deadline_ns - 1_000_000
+        last = clock()
         while (now := clock()) < deadline_ns:
             if now < spin_end or now >= block_end:
+                if now - last > CONTENDED_GAP_NS and now < spin_end:
+                    spin_end = now  # another thread had this core: block from here on (see CONTENDED_GAP_NS)
+                    self._spin_contended()
+                last = now
                 if not sock.getsockopt(_EVENTS) & _POLLIN:
                     _sched_yield()
                     continue
+                if now < spin_end and self._spin_backoff > 1:
+                    self._spin_backoff //= 2  # answered within an uncontended spin: ease the backoff
             elif not sock.poll(max(1, (block_end - now) // 1_000_000)):  # whole ms, ends by the deadline
                 continue
             frames = sock.recv_multipart()
@@ -349,6 +371,11 @@ class BridgeClient:
                 return reply, rtt_ns
             self.stale_replies += 1  # a late reply to an earlier request; keep waiting for ours
         return None
+
+    def _spin_contended(self) -> None:
+        self.spin_backoffs += 1
+        self._spin_skip = self._spin_backoff
+        self._spin_backoff = min(2 * self._spin_backoff, SPIN_BACKOFF_MAX)
 
     def _roundtrip(self, msg_type: str, seq: int, payload: bytes, timeout_s: float) -> tuple[dict[str, Any], int]:
         """Lazy Pirate: (reply, round-trip ns of the answered attempt) or BridgeUnreachable."""

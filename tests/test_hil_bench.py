@@ -26,8 +26,8 @@ def test_bench_reports_loop_baseline_and_echo_per_repeat(tmp_path):
         assert row["overhead_minus_echo_p50_us_by_repeat"] == [
             o - e for o, e in zip(row["overhead_p50_us_by_repeat"], row["echo_round_trip_p50_us_by_repeat"])
         ]
-        # the echo answered every step the loop flew (the echo loop raises on a miss)
         assert row["echo_round_trip_us"]["p50"] > 0 and row["steps"] == rows[0]["steps"]
+        assert all(rep["echo_deadline_misses"] >= 0 and rep["deadline_misses"] >= 0 for rep in row["repeats"])
     assert "ovh p50 (min-max)" in r.stdout and "policy" in r.stdout
 
 

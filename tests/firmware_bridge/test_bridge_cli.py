@@ -115,7 +115,7 @@ def test_systemd_quoting_escapes_specifiers() -> None:
 
 def test_bench_reports_round_trip_and_overhead() -> None:
     result = run_module(
-        "firmware_bridge.bench", "--n", "40", "--warmup", "5", "--obs-dim", "64", "--hidden", "16", "--json"
+        "firmware_bridge.bench", "--n", "40", "--warmup", "5", "--block", "15", "--obs-dim", "64", "--hidden", "16", "--json"
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -124,6 +124,9 @@ def test_bench_reports_round_trip_and_overhead() -> None:
     assert overhead["p50"] <= rtt["p50"] and overhead["p99"] <= rtt["p99"]  # overhead = rtt - inference, per sample
     assert report["bare_echo_round_trip_us"]["p50"] > 0 and report["overhead_p50_over_bare_echo_p50"] > 0
     assert report["obs_dim"] == 64 and report["n"] == 40
+    # bridge and echo timed in alternating blocks of 15, 15, 10 round trips
+    assert len(report["overhead_p50_us_by_block"]) == len(report["bare_echo_p50_us_by_block"]) == 3
+    assert min(report["overhead_p50_us_by_block"]) <= overhead["p50"] <= max(report["overhead_p50_us_by_block"])
 
 
 def test_bench_table_and_missing_policy(tmp_path: Path) -> None:
