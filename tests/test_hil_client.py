@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -321,5 +324,34 @@ def test_replies_are_taken_while_spinning_and_while_blocked(spin_us: float) -> N
             assert [r.action for r in results if r is not None] == [2, 3, 4]
             assert client.stale_replies == 0
     finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_spinning_backs_off_when_another_thread_wants_the_core() -> None:
+    """A busy process on the client's core: the client's yields hand it whole time slices, which the client
+    sees as contention, so it stops spinning and blocks instead (hil.client CONTENDED_GAP_NS)."""
+
+    def answer_after_2ms(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        time.sleep(0.002)
+        reply_with(router, frames, action=index, setpoint=None, logits=None, infer_ns=1, recv_ns=1, send_ns=2)
+
+    endpoint, stop, thread = scripted_peer(answer_after_2ms)
+    core = min(os.sched_getaffinity(0))
+    saved = os.sched_getaffinity(0)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {core})
+        os.sched_setaffinity(0, {core})  # this thread only: the peer thread and ZeroMQ's I/O thread stay free
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0, spin_us=50_000) as client:
+            client.status()
+            results = [client.act_within(np.zeros(OBS_DIM), 2.0) for _ in range(20)]
+            assert [r.action for r in results if r is not None] == list(range(1, 21))
+            assert client.spin_backoffs >= 1
+    finally:
+        os.sched_setaffinity(0, saved)
+        hog.kill()
+        hog.wait()
         stop.set()
         thread.join()
