@@ -177,6 +177,7 @@ class Study:
         self.args, self.groups, self.profile = args, groups, profile
         self.out = Path(args.out)
         self.started = time.monotonic()
+        self.measured_anything = False
         self.data: dict[str, Any] = {
             "study_version": STUDY_VERSION,
             "command": " ".join(["python -m hil.study", *sys.argv[1:]]),
@@ -226,6 +227,11 @@ class Study:
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
         self.check_out_dir()
+        try:  # earlier sessions of this study (a resumed study adds up their wall times)
+            old = json.loads((self.out / "study.json").read_text())
+            self.data["sessions"] = old.get("sessions") or ([{"date": old["date"], "wall_s": old["wall_s"]}] if old.get("wall_s") else [])
+        except (OSError, ValueError):
+            self.data["sessions"] = []
         n_cells = len(self.groups) * len(self.args.levels)
         self.say(f"{len(self.args.models)} models in {len(self.groups)} groups x {len(self.args.levels)} levels x "
                  f"{self.args.episodes} episodes; {self.data['mode']}" + (f", profile {self.profile.name}" if self.profile else ""))
@@ -240,7 +246,9 @@ class Study:
             self.timing_pass(group, models)
             self.save()
         self.data["complete"] = True
-        self.data["wall_s"] = time.monotonic() - self.started
+        if self.measured_anything:  # a rerun that only re-renders finished results is not a session
+            self.data["sessions"].append({"date": self.data["date"], "wall_s": time.monotonic() - self.started})
+        self.data["wall_s"] = sum(x["wall_s"] for x in self.data["sessions"])
         self.save()
         written = write_plots(self.out, self.data, self.groups)
         print(render_markdown(self.data))
@@ -255,6 +263,7 @@ class Study:
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
             cmd = [*_cpu_prefix(self.profile), sys.executable, "-m", "hil.roofline", "measure", "--out", str(path),
                    "--sizes", *map(str, sizes)]
+            self.measured_anything = True
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RuntimeError(f"machine measurement failed: {proc.stderr.strip()[-500:]}")
@@ -274,6 +283,7 @@ class Study:
             self.say(f"[{k}/{n}] {level} {_group_label(group)}: {len(models)} models x {self.args.episodes} episodes"
                      + (" (resuming)" if run_args.resume else ""))
             cell.mkdir(parents=True, exist_ok=True)
+            self.measured_anything = True
             with open(cell / "table.txt", "w") as table, contextlib.redirect_stdout(table):
                 hil_run(run_args)
             report = json.loads((cell / "report.json").read_text())
@@ -297,6 +307,7 @@ class Study:
             return
         a = self.args
         self.say(f"timing pass {_group_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved")
+        self.measured_anything = True
         obs = recorded_observations(a.levels, a.seed, a.timing_acts)
         result = timing_pass(models, obs, a, self.profile)
         write_atomic(path, json.dumps(result, indent=1).encode())
@@ -548,7 +559,8 @@ def md_header(data: dict) -> str:
              "", f"Device: {d.get('cpu_model') or d.get('machine') or '?'} ({d.get('cores', '?')} cores), onnxruntime "
              f"{d.get('onnxruntime_version', '?')}; {a['episodes']} seeded episodes per model and level (seeds "
              f"{a['seed']}-{a['seed'] + a['episodes'] - 1}), levels {', '.join(a['levels'])}; every precision flies the same episodes."
-             + (f" Wall time {data['wall_s'] / 60:.1f} min." if data.get("wall_s") else ""), ""]
+             + (f" Wall time {data['wall_s'] / 60:.1f} min" + (f" over {len(data['sessions'])} sessions (resumed)." if len(data["sessions"]) > 1 else ".")
+                if data.get("wall_s") else ""), ""]
     if a["sim_only"]:
         p = data.get("profile") or {}
         lines += [f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "
@@ -600,7 +612,7 @@ def md_seed(data: dict) -> str:
            "(this machine unless run with --host), int8 = static int8; \"predicted on Pi 3B (roofline)\" only where the "
            "roofline check agreed within 2x.", "",
            "| policy | layers | seed fp32 ms | seed fp32 success | seed int8 ms | seed int8 success | seed speed-up | "
-           "ours fp32 ms | ours fp32 success | ours int8 ms | ours int8 success | ours speed-up | predicted on Pi 3B (roofline) fp32 / int8 ms |",
+           "ours fp32 ms | ours fp32 success | ours int8 ms | ours int8 success | ours speed-up | predicted on Pi 3B (roofline) fp32 / int8 ms (speed-up) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for group, seed in SEED_TABLE.items():
         f = next((r for r in rows if r["group"] == group and r["level"] == level and r["precision"] == "fp32"), None)
@@ -608,14 +620,17 @@ def md_seed(data: dict) -> str:
         if f is None or i is None:
             continue
 
-        def pi(r):
+        def pi_s(r):
             p = (roof.get(r["model"]) or {}).get("predicted_on_pi", {}).get("pi3b")
-            return _ms(p["predicted_s"]) if p and p["shown"] else "n/a"
+            return p["predicted_s"] if p and p["shown"] else None
+
+        pf, pi8 = pi_s(f), pi_s(i)
+        predicted = f"{_ms(pf) if pf else 'n/a'} / {_ms(pi8) if pi8 else 'n/a'}" + (f" ({pf / pi8:.2f}x)" if pf and pi8 else "")
 
         ft, it = (f["timing_inference_us"] or {}).get("p50"), (i["timing_inference_us"] or {}).get("p50")
         out.append(f"| {seed['name']} | {seed['layers']} | {seed['fp32_ms']} | {seed['fp32_success']:.0%} | {seed['int8_ms']} | "
                    f"{seed['int8_success']:.0%} | {seed['speedup']}x | {_ms(ft / 1e6 if ft else None)} | {f['success_rate']:.1%} | "
-                   f"{_ms(it / 1e6 if it else None)} | {i['success_rate']:.1%} | {_x(i['speedup_vs_fp32'])} | {pi(f)} / {pi(i)} |")
+                   f"{_ms(it / 1e6 if it else None)} | {i['success_rate']:.1%} | {_x(i['speedup_vs_fp32'])} | {predicted} |")
     return "\n".join(out) + "\n"
 
 

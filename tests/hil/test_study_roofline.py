@@ -1,0 +1,68 @@
+"""hil.roofline's model costs and predictions, and the profiles' cited figures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hil import roofline
+from hil.profiles import ProfileError, load_profiles
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def test_costs_of_the_shipped_policy1():
+    fp32 = roofline.model_cost(MODELS / "policy1_fp32.onnx")
+    int8 = roofline.model_cost(MODELS / "policy1_int8.onnx")
+    macs = 1032 * 64 + 64 * 64 + 64 * 64 + 64 * 25  # 3 x 64 hidden layers and 25 logits
+    assert fp32.macs == macs and fp32.ops == 2 * macs and fp32.precision == "fp32"
+    assert int8.precision == "int8" and int8.macs >= macs  # the split first layer keeps every weight
+    assert fp32.weight_bytes >= 4 * macs and int8.weight_bytes < fp32.weight_bytes / 3
+
+
+def test_prediction_is_the_larger_bound():
+    cost = roofline.ModelCost(weight_bytes=8_000_000, macs=2_000_000, precision="fp32")
+    p = roofline.predict_s(cost, bandwidth_gbs=2.0, throughput_gops=8.0)
+    assert p["memory_bound_s"] == pytest.approx(4e-3) and p["compute_bound_s"] == pytest.approx(0.5e-3)
+    assert p["predicted_s"] == pytest.approx(4e-3) and p["bound_by"] == "memory"
+    p = roofline.predict_s(cost, bandwidth_gbs=100.0, throughput_gops=1.0)
+    assert p["predicted_s"] == pytest.approx(4e-3) and p["bound_by"] == "compute"
+
+
+def test_pi3b_prediction_uses_dram_only_beyond_its_cache():
+    pi3b = load_profiles()["pi3b"]
+    big = roofline.ModelCost(weight_bytes=28_000_000, macs=7_000_000, precision="int8")
+    small = roofline.ModelCost(weight_bytes=400_000, macs=400_000, precision="int8")
+    half = roofline.ModelCost(weight_bytes=400_000, macs=400_000, precision="fp16")
+    p = roofline.predict_device(big, pi3b)
+    assert not p["fits_in_cache"] and p["predicted_s"] == pytest.approx(28e6 / (pi3b.memory_bandwidth_gbs * 1e9))
+    p = roofline.predict_device(small, pi3b)
+    assert p["fits_in_cache"] and p["memory_bound_s"] is None
+    assert p["predicted_s"] == pytest.approx(0.8e6 / (pi3b.int8_gops * 1e9))
+    assert roofline.predict_device(half, pi3b)["missing"] == ["fp16 compute throughput"]
+
+
+def test_check_here_agrees_only_within_2x():
+    machine = {"bandwidth_gbs": {"1000000": 10.0}, "throughput_gops": {"fp32": 100.0}}
+    cost = roofline.ModelCost(weight_bytes=1_000_000, macs=1000, precision="fp32")  # predicted 100 us
+    assert roofline.check_here(cost, machine, 190e-6)["agrees"]
+    assert not roofline.check_here(cost, machine, 210e-6)["agrees"]
+    assert not roofline.check_here(cost, machine, 40e-6)["agrees"]
+
+
+def test_every_pi_figure_has_a_source():
+    for name, p in load_profiles().items():
+        for figure, source in (("memory_bandwidth_gbs", "memory_bandwidth_source"), ("compute_gflops", "compute_source"),
+                               ("int8_gops", "int8_source"), ("cache_kb", "cache_source")):
+            if getattr(p, figure):
+                assert "https://" in getattr(p, source), (name, figure)
+
+
+def test_a_figure_without_its_source_is_refused(tmp_path):
+    bad = tmp_path / "profiles.toml"
+    bad.write_text('[board]\ndescription = "x"\nmemory_bandwidth_gbs = 2.0\n')
+    with pytest.raises(ProfileError, match="memory_bandwidth_gbs needs its memory_bandwidth_source"):
+        load_profiles(bad)
+    bad.write_text('[board]\ndescription = "x"\ncompute_gflops = -1\ncompute_source = "https://x"\n')
+    with pytest.raises(ProfileError, match="compute_gflops must be positive"):
+        load_profiles(bad)
