@@ -45,6 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default="minmax")
     q.add_argument("--no-split-input", action="store_true",
                    help="one scale for the whole first layer (depth and state columns together)")
+    q.add_argument("--float-split-sum", action="store_true",
+                   help="the split first-layer QGemms output float into their Add (no second uint8 rounding)")
+    q.add_argument("--distill-steps", type=int, default=0,
+                   help="int8: train the integer codes toward the fp32 logits for N Adam steps per round (0: off)")
+    q.add_argument("--distill-episodes", type=int, default=1000, help="fp32 episodes per level for distillation data")
+    q.add_argument("--distill-rounds", type=int, default=1, help="1 + DAgger rounds with int8 rollouts added")
+    q.add_argument("--distill-dagger-episodes", type=int, default=100, help="int8 episodes per DAgger round and level")
+    q.add_argument("--distill-lr", type=float, default=0.005, help="Adam learning rate in weight-code units")
+    q.add_argument("--distill-margin", type=float, default=0.0,
+                   help="also a hinge asking the fp32 action to lead by min(this, fp32 top-2 gap) (0: logit MSE only)")
+    q.add_argument("--distill-seed", type=int, default=0, help="torch seed for minibatches")
 
     i = sub.add_parser("inspect", help="print a model's interface, ops and quantization metadata")
     i.add_argument("model")
@@ -103,9 +114,18 @@ def main(argv: list[str] | None = None) -> int:
 
         opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
                                  keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
-                                 split_input=not args.no_split_input)
+                                 split_input=not args.no_split_input, float_split_sum=args.float_split_sum)
+        distill = None
+        if args.distill_steps > 0:
+            from quantize.distill import DistillOptions
+
+            distill = DistillOptions(steps=args.distill_steps, rounds=args.distill_rounds, dagger_episodes=args.distill_dagger_episodes,
+                                     lr=args.distill_lr, margin=args.distill_margin, seed=args.distill_seed)
+        elif args.distill_steps < 0:
+            raise QuantizeError(f"--distill-steps must be >= 0, got {args.distill_steps}")
         report = quantize_file(args.model, args.to, args.output, calibration_episodes=args.calibration_episodes,
-                               seed=args.seed, levels=args.level, heldout_episodes=args.heldout_episodes, options=opts)
+                               seed=args.seed, levels=args.level, heldout_episodes=args.heldout_episodes, options=opts,
+                               distill=distill, distill_episodes=args.distill_episodes)
         print(report.line())
     elif args.command == "inspect":
         import json

@@ -38,6 +38,7 @@ class StaticInt8Options:
     keep_last_layer_fp32: bool = True
     calibrate_method: str = "minmax"  # "minmax" or "percentile"
     split_input: bool = True  # separate scales for the depth and state parts of the first layer
+    float_split_sum: bool = False  # the two split first-layer QGemms output float into the Add (quantize.split_input)
     extra: dict = field(default_factory=dict)
 
 
@@ -122,6 +123,10 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
         )
 
     out = _run_quantizer(prepared, run)
+    if opts.float_split_sum:
+        from quantize.split_input import float_split_sum
+
+        float_split_sum(out)
     out.metadata_props.extend(copy.deepcopy(src.model.metadata_props)) if not out.metadata_props else None
     return out
 
@@ -251,10 +256,39 @@ def collect_levels(act, cfgs: list, episodes: int, seed: int, max_samples: int) 
     return obs
 
 
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def distill_model(out: onnx.ModelProto, src_session, act, cfgs: list, episodes: int, seed: int, max_samples: int,
+                  distill) -> tuple[onnx.ModelProto, dict]:
+    """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
+    fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
+    from quantize.calibration import collect_observations
+    from quantize.distill import DAGGER_SEED, distill_static_int8
+    from quantize.model_io import serialize
+    from quantize.runtime import policy_fn, run_logits, session
+
+    obs = collect_levels(act, cfgs, episodes, seed, max_samples)
+
+    def teacher(x: np.ndarray) -> np.ndarray:
+        return run_logits(src_session, x)[1]
+
+    def rollout(model: onnx.ModelProto, r: int) -> np.ndarray:
+        student = policy_fn(session(serialize(model)))
+        return np.concatenate([collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r)
+                               for cfg in cfgs])
+
+    return distill_static_int8(out, teacher, obs, distill, rollout)
+
+
 def quantize_file(
     model_path: str | Path, target: str, output: str | Path, *, calibration_episodes: int = 100,
     seed: int | None = None, levels: list[str] | None = None, heldout_episodes: int = 20,
     max_calibration_samples: int = 20_000, options: StaticInt8Options | None = None,
+    distill: "DistillOptions | None" = None, distill_episodes: int = 1000, max_distill_samples: int = 200_000,
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
@@ -270,6 +304,29 @@ def quantize_file(
         raise QuantizeError(f"--calibration-episodes must be >= 1, got {calibration_episodes}")
     if heldout_episodes < 0:
         raise QuantizeError(f"--heldout-episodes must be >= 0, got {heldout_episodes}")
+    opts_in = options or StaticInt8Options()
+    if (distill is not None or opts_in.float_split_sum) and target != "int8":
+        raise QuantizeError("--distill-steps and --float-split-sum apply to --to int8 only")
+    if opts_in.float_split_sum and (not opts_in.split_input or opts_in.quant_format != "qoperator"):
+        raise QuantizeError("--float-split-sum needs the depth/state split and --format qoperator")
+    if distill is not None:
+        from quantize.distill import DAGGER_SEED
+
+        distill.check()
+        if opts_in.quant_format != "qoperator":
+            raise QuantizeError("--distill-steps needs --format qoperator (it trains the QGemm codes)")
+        if distill_episodes < 1:
+            raise QuantizeError(f"--distill-episodes must be >= 1, got {distill_episodes}")
+        first = CALIBRATION_SEED if seed is None else seed
+        spans = [("distillation", first, first + distill_episodes), ("held-out", HELDOUT_SEED, HELDOUT_SEED + heldout_episodes)]
+        if distill.rounds > 1:
+            spans.append(("DAgger", DAGGER_SEED + 10_000, DAGGER_SEED + 10_000 * (distill.rounds - 1) + distill.dagger_episodes))
+            if distill.dagger_episodes > 10_000:
+                raise QuantizeError("--distill-dagger-episodes must be <= 10000 (each round has 10,000 seeds)")
+        for i, (na, a0, a1) in enumerate(spans):
+            for nb, b0, b1 in spans[i + 1:]:
+                if a0 < b1 and b0 < a1:
+                    raise QuantizeError(f"{na} seeds {a0}..{a1 - 1} overlap {nb} seeds {b0}..{b1 - 1}")
     # Peek at the metadata for the level before checking the input size against that level's env.
     probe = load_policy(model_path)
     level_names = resolve_levels(levels, probe.metadata)
@@ -289,19 +346,36 @@ def quantize_file(
     calib_seed = CALIBRATION_SEED if seed is None else seed
     extra: dict = {"levels": ",".join(level_names)}
     if target == "int8":
-        opts = options or StaticInt8Options()
+        opts = opts_in
         obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples)
         out = quantize_static_int8(src, obs, opts)
+        if distill is not None:
+            out, distill_summary = distill_model(out, src_session, act, cfgs, distill_episodes, calib_seed,
+                                                 max_distill_samples, distill)
         method = f"onnxruntime static int8 {opts.quant_format.upper()}, {'per-channel' if opts.per_channel else 'per-tensor'} " \
                  f"weights int8, activations uint8 calibrated ({opts.calibrate_method})" \
                  f"{', first layer split depth/state' if opts.split_input else ''}" \
-                 f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}"
+                 f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}" \
+                 f"{', split halves summed in float (QGemm float output)' if opts.float_split_sum else ''}"
+        if distill is not None:
+            method += (f"; integer codes distilled toward the fp32 logits (straight-through, fixed scales; "
+                       f"{distill.steps} steps x {distill.rounds} round(s), seed {distill.seed})")
         extra |= {"calibration_episodes": f"{calibration_episodes} per level", "calibration_seed": str(calib_seed),
                   "calibration_samples": str(len(obs)), "format": opts.quant_format,
                   "per_channel": str(opts.per_channel).lower(), "weight_type": "int8", "activation_type": "uint8",
                   "calibrate_method": opts.calibrate_method,
                   "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]" if opts.split_input else "none",
-                  "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else [])}
+                  "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else []),
+                  "float_split_sum": str(opts.float_split_sum).lower()}
+        if distill is not None:
+            extra |= {"distill": json_compact({
+                "episodes": f"{distill_episodes} per level", "seed_first_episode": calib_seed, "samples": distill_summary["samples"],
+                "steps": distill.steps, "rounds": distill.rounds,
+                "dagger_episodes": f"{distill.dagger_episodes} per level" if distill.rounds > 1 else "0",
+                "dagger_seed": DAGGER_SEED if distill.rounds > 1 else None,
+                "lr_codes": distill.lr, "margin": distill.margin, "margin_weight": distill.margin_weight,
+                "batch": distill.batch, "torch_seed": distill.seed, "torch": torch_version(),
+                "weight_codes_changed": distill_summary["weight_codes_changed"], "per_round": distill_summary["rounds"]})}
         bits, n_calib = 8, len(obs)
     elif target == "int8-dynamic":
         out = quantize_dynamic_int8(src)

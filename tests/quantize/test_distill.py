@@ -1,0 +1,156 @@
+"""Distilled static int8 (ptq --distill-steps, --float-split-sum): the torch interpretation of the
+quantized graph computes what onnxruntime computes, training the codes brings the int8 logits closer
+to the fp32 source on held-out rollouts, the file stays QOperator int8 with full metadata, runs are
+reproducible and bad options exit 2 without output."""
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+
+from nav_env.config import load_level
+from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED, collect_observations
+from quantize.model_io import load_policy, metadata_of, serialize
+from quantize.runtime import policy_fn, run_logits, session
+
+
+
+def run(argv, capsys):
+    from quantize.cli import main
+    from quantize.errors import run_cli
+
+    code = run_cli(main, argv)
+    return code, capsys.readouterr().err
+
+
+def assert_one_line_error(code, err, needle):
+    assert code == 2
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+
+
+@pytest.fixture(scope="module")
+def heldout(fp32_model):
+    sess = session(fp32_model.read_bytes())
+    obs = collect_observations(policy_fn(sess), load_level("default"), 10, HELDOUT_SEED)
+    actions, logits = run_logits(sess, obs)
+    return obs, actions, logits
+
+
+@pytest.fixture(scope="module")
+def plain_int8(fp32_model, tmp_path_factory):
+    from quantize.ptq import StaticInt8Options, quantize_static_int8
+
+    src = load_policy(fp32_model)
+    calib = collect_observations(policy_fn(session(src.data)), load_level("default"), 6, CALIBRATION_SEED)
+    return quantize_static_int8(src, calib, StaticInt8Options()), quantize_static_int8(src, calib, StaticInt8Options(float_split_sum=True))
+
+
+@pytest.fixture(scope="module")
+def distilled(fp32_model, tmp_path_factory):
+    from quantize.distill import DistillOptions
+    from quantize.ptq import StaticInt8Options, quantize_file
+
+    d = tmp_path_factory.mktemp("distill")
+    paths = []
+    for name in ("a.onnx", "b.onnx"):
+        quantize_file(fp32_model, "int8", d / name, calibration_episodes=6, heldout_episodes=4,
+                      options=StaticInt8Options(float_split_sum=True), distill=DistillOptions(steps=300, seed=3),
+                      distill_episodes=30)
+        paths.append(d / name)
+    return paths
+
+
+def _logit_error(model_bytes: bytes, heldout) -> tuple[float, float]:
+    obs, ref_actions, ref_logits = heldout
+    a, lg = run_logits(session(model_bytes), obs)
+    return float(np.mean((lg - ref_logits) ** 2)), float(np.mean(a == ref_actions))
+
+
+def test_torch_graph_computes_what_onnxruntime_computes(plain_int8, heldout):
+    from quantize.distill import QuantGraph
+
+    obs = heldout[0]
+    for model in plain_int8:
+        graph = QuantGraph(model)
+        with torch.no_grad():
+            lg = graph(torch.as_tensor(obs)).numpy()
+        a, ort_lg = run_logits(session(serialize(model)), obs)
+        assert np.mean(lg.argmax(1) == a) > 0.999
+        assert np.abs(lg - ort_lg).max() < 0.05  # float re-quantization rounding only
+        # writing the untrained codes back is the identity
+        back = {t.name: numpy_helper.to_array(t) for t in graph.to_onnx().graph.initializer}
+        for t in model.graph.initializer:
+            assert np.array_equal(back[t.name], numpy_helper.to_array(t)), t.name
+
+
+def test_float_split_sum_removes_the_second_rounding(plain_int8, heldout):
+    uint8_sum, float_sum = plain_int8
+    ops = [n.op_type for n in float_sum.graph.node]
+    assert ops.count("QGemm") == 4 and ops.count("DequantizeLinear") == 1  # only before the fp32 logits layer
+    assert [n.op_type for n in uint8_sum.graph.node].count("DequantizeLinear") == 3
+    mse_uint8, _ = _logit_error(serialize(uint8_sum), heldout)
+    mse_float, _ = _logit_error(serialize(float_sum), heldout)
+    assert mse_float < mse_uint8
+
+
+def test_distillation_brings_int8_logits_closer_on_heldout_rollouts(plain_int8, distilled, heldout):
+    before_mse, before_agree = _logit_error(serialize(plain_int8[1]), heldout)
+    after_mse, after_agree = _logit_error(distilled[0].read_bytes(), heldout)
+    assert after_mse < 0.8 * before_mse
+    assert after_agree >= before_agree - 0.002 and after_agree >= 0.99
+
+
+def test_distilled_file_is_static_int8_with_metadata(distilled, fp32_model):
+    from quantize.inspect_model import describe, format_text
+
+    model = onnx.load(distilled[0])
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("QGemm") == 4 and "Gemm" in ops  # 4 integer layers + the fp32 logits layer
+    int8 = [numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert sum(w.size for w in int8) >= 1032 * 64 + 2 * 64 * 64
+    assert all(np.abs(w).max() <= 127 for w in int8)
+    meta = metadata_of(model)
+    assert meta["airq.precision"] == "int8"
+    assert "distilled" in meta["airq.quant.method"] and meta["airq.quant.float_split_sum"] == "true"
+    d = json.loads(meta["airq.quant.distill"])
+    assert d["steps"] == 300 and d["torch_seed"] == 3 and d["episodes"] == "30 per level" and d["samples"] > 1000
+    changed, total = map(int, d["weight_codes_changed"].split("/"))
+    assert 0 < changed < total
+    assert meta["airq.quant.source_sha256"] == load_policy(fp32_model).sha256
+    assert json.loads(meta["airq.quant.layer_scales"])
+    assert "distill" in format_text(describe(distilled[0]))
+
+
+def test_distilled_runs_are_reproducible(distilled):
+    a, b = (onnx.load(p) for p in distilled)
+    ia = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
+    ib = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
+    assert ia.keys() == ib.keys() and all(np.array_equal(ia[k], ib[k]) for k in ia)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--to", "fp16", "--distill-steps", "10"], "apply to --to int8 only"),
+    (["--to", "int8", "--distill-steps", "-1"], "--distill-steps must be >= 0"),
+    (["--to", "int8", "--distill-steps", "10", "--distill-episodes", "0"], "--distill-episodes must be >= 1"),
+    (["--to", "int8", "--distill-steps", "10", "--distill-lr", "0"], "--distill-lr must be > 0"),
+    (["--to", "int8", "--distill-steps", "10", "--distill-rounds", "0"], "--distill-rounds must be >= 1"),
+    (["--to", "int8", "--distill-steps", "10", "--format", "qdq"], "needs --format qoperator"),
+    (["--to", "int8", "--float-split-sum", "--no-split-input"], "needs the depth/state split"),
+    (["--to", "int8", "--distill-steps", "10", "--seed", "2999990", "--distill-episodes", "20"], "overlap held-out seeds"),
+])
+def test_bad_distill_options(fp32_model, tmp_path, capsys, extra, needle):
+    out = tmp_path / "o.onnx"
+    code, err = run(["ptq", str(fp32_model), "-o", str(out)] + extra, capsys)
+    assert_one_line_error(code, err, needle)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_distill_refuses_graphs_it_cannot_interpret(fp32_model):
+    from quantize.distill import QuantGraph
+    from quantize.errors import QuantizeError
+
+    with pytest.raises(QuantizeError, match="no QGemm found"):
+        QuantGraph(onnx.load(fp32_model))
