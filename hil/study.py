@@ -568,7 +568,7 @@ def md_header(data: dict) -> str:
                   "figures are the roofline predictions, labelled \"predicted on Pi (roofline)\", from published bandwidth "
                   "and throughput figures (configs/hil/profiles.toml).", ""]
     else:
-        lines += [f"Measured on the device at {a['host']}:{a['port']} (real hardware).", ""]
+        lines += [f"Measured on the device at {a['host']}:{a['port']}: every time and memory figure is that device's.", ""]
     return "\n".join(lines)
 
 
@@ -651,7 +651,10 @@ def md_roofline(data: dict) -> str:
         out += [f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
                 f"DRAM ({m['dram_bytes'] // 2**20} MB) {m['dram_bandwidth_gbs']:.1f} GB/s. Matrix-product throughput "
                 f"(onnxruntime, one thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s.", ""]
-    head = "| model | weight MB | Mop | predicted here us (bound) | measured p50 us | measured / predicted | agrees (2x) | " + \
+    where = next((e["check"]["where"] for e in entries if e["check"]), None)
+    if where:
+        out += [f"Check against {where}: predicted us from its figures, measured = its timing-pass p50.", ""]
+    head = "| model | weight MB | Mop | predicted us (bound) | measured p50 us | measured / predicted | agrees (2x) | " + \
         " | ".join(f"predicted on Pi ({b}) (roofline) ms" for b in boards) + " |"
     out += [head, "|" + "---|" * (7 + len(boards))]
     for e in entries:

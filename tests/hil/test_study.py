@@ -120,3 +120,22 @@ def test_study_bad_input_exits_2_with_one_line(args, message, tmp_path):
 def test_study_bad_episodes_type_is_a_usage_error(tmp_path):
     proc = study("--sim-only", "--episodes", "many", "--out", str(tmp_path / "s"))
     assert proc.returncode == 2 and "invalid int value" in proc.stderr
+
+
+def test_study_against_a_device_by_host(tiny_models, tmp_path):
+    """--host: one bridge (here a real separate process on loopback) serves every model in turn."""
+    from firmware_bridge.launcher import BridgeProcess
+
+    with BridgeProcess(["--threads", "1", "--actuator", "mock"]) as bridge:
+        port = bridge.endpoint.rsplit(":", 1)[1]
+        proc = study("--host", "127.0.0.1", "--port", port, "--profile", "pi3b", "--models", *map(str, tiny_models),
+                     "--episodes", "2", "--levels", "default", "--timing-rounds", "2", "--timing-acts", "10",
+                     "--out", str(tmp_path / "s"), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "s" / "study.json").read_text())
+    assert data["machine"] is None and data["mode"] == f"device 127.0.0.1:{port}"
+    assert [r["episodes"] for r in data["rows"]] == [2, 2]
+    assert all(t["acts"] == 20 for t in data["timing"]["tiny"]["models"].values())
+    for e in data["roofline"]:  # checked against the pi3b figures, with the device's own measurement
+        assert e["check"]["where"].startswith("the device") and e["check"]["measured_s"] > 0
+    assert "Measured on the device at 127.0.0.1" in (tmp_path / "s" / "study.md").read_text()
