@@ -178,6 +178,7 @@ class Study:
         self.out = Path(args.out)
         self.started = time.monotonic()
         self.measured_anything = False
+        self.session_date = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         self.data: dict[str, Any] = {
             "study_version": STUDY_VERSION,
             "command": " ".join(["python -m hil.study", *sys.argv[1:]]),
@@ -232,6 +233,9 @@ class Study:
             self.data["sessions"] = old.get("sessions") or ([{"date": old["date"], "wall_s": old["wall_s"]}] if old.get("wall_s") else [])
         except (OSError, ValueError):
             self.data["sessions"] = []
+        if self.data["sessions"]:
+            self.data["date"] = self.data["sessions"][0]["date"]  # the study's date is when its first session ran
+        self.data["rendered"] = self.session_date
         n_cells = len(self.groups) * len(self.args.levels)
         self.say(f"{len(self.args.models)} models in {len(self.groups)} groups x {len(self.args.levels)} levels x "
                  f"{self.args.episodes} episodes; {self.data['mode']}" + (f", profile {self.profile.name}" if self.profile else ""))
@@ -247,7 +251,8 @@ class Study:
             self.save()
         self.data["complete"] = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
-            self.data["sessions"].append({"date": self.data["date"], "wall_s": time.monotonic() - self.started})
+            self.data["sessions"].append({"date": self.session_date, "wall_s": time.monotonic() - self.started})
+        self.data["date"] = self.data["sessions"][0]["date"] if self.data["sessions"] else self.session_date
         self.data["wall_s"] = sum(x["wall_s"] for x in self.data["sessions"])
         self.save()
         written = write_plots(self.out, self.data, self.groups)
