@@ -78,7 +78,9 @@ def run_acts(
     shape = [obs_dim]
     for i in range(-warmup, n):
         payload = pack(
-            request(MsgType.ACT, first_seq + i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4")
+            request(
+                MsgType.ACT, first_seq + i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4"
+            )
         )
         start = time.perf_counter_ns()
         reply = unpack(client.call(payload))
@@ -192,20 +194,19 @@ def main(argv: list[str] | None = None) -> int:
         acts: list[Samples] = []
         echoes: list[np.ndarray] = []
         done = 0
-        while done < args.n:  # alternate blocks (bridge first, then echo, then the other way round)
+        while done < args.n:  # alternating blocks: bridge then echo, echo then bridge, ...
             size = min(args.block, args.n - done)
             warmup = args.warmup if not done else 0
-            first = len(acts) % 2 == 0
-            if first or echo_client is None:
-                acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
-            if echo_client is not None:
+            bridge_first = len(acts) % 2 == 0
+            if echo_client is not None and not bridge_first:
                 echoes.append(run_echo(echo_client, observations, obs_dim, size, warmup))
-            if not first and echo_client is not None:
-                acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
+            acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
+            if echo_client is not None and bridge_first:
+                echoes.append(run_echo(echo_client, observations, obs_dim, size, warmup))
             done += size
         status = unpack(client.call(pack(request(MsgType.STATUS, 1))))
 
-    samples = Samples(*(np.concatenate([getattr(block, f) for block in acts]) for f in ("rtt_ns", "infer_ns", "handler_ns")))
+    samples = Samples(*(np.concatenate([getattr(b, f) for b in acts]) for f in ("rtt_ns", "infer_ns", "handler_ns")))
     block_overhead_p50 = [float(np.median(b.rtt_ns - b.infer_ns) / 1e3) for b in acts]
     block_echo_p50 = [float(np.median(e) / 1e3) for e in echoes]
     baseline = np.concatenate(echoes) if echoes else None

@@ -35,7 +35,6 @@ same way, since poll() only waits in whole milliseconds.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import socket as pysocket
@@ -73,8 +72,9 @@ DEFAULT_SPIN_US = 1000.0
 # One check-and-yield takes a few microseconds; a gap this long means the yield handed this core to
 # another thread for a time slice (about 1.5 ms on the 2-core test VM; short blips of ~25 us, e.g. the
 # bridge or ZeroMQ's I/O thread getting the core, are not contention): the CPU is contended, and there
-# spinning loses (each yield can wait out another thread's slice, while a blocked thread is woken promptly). Such a wait stops spinning, and so do the next
-# 1, 2, 4 ... SPIN_BACKOFF_MAX waits while it keeps happening; each uncontended spin halves the backoff.
+# spinning loses (each yield can wait out another thread's slice, while a blocked thread is woken
+# promptly). Such a wait stops spinning, and so do the next 1, 2, 4 ... SPIN_BACKOFF_MAX waits while it
+# keeps happening; each uncontended spin halves the backoff.
 CONTENDED_GAP_NS = 200_000
 SPIN_BACKOFF_MAX = 256
 _POLLIN = zmq.POLLIN
