@@ -35,6 +35,12 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
         if q.get("calibration_episodes", "0") not in ("0", ""):
             lines.append(f"| calibration | {q['calibration_episodes']} episodes of the fp32 policy on `{q.get('levels', q.get('level'))}`, "
                          f"seeds {q.get('calibration_seed')}.., {q.get('calibration_samples')} observations |")
+        if "distill" in q:
+            d = json.loads(q["distill"])
+            dagger = f", + {d['rounds'] - 1} DAgger round(s) of {d['dagger_episodes']} int8 episodes (seeds {d['dagger_seed']}..)" if d.get("rounds", 1) > 1 else ""
+            lines.append(f"| distillation | integer codes trained toward the fp32 logits on {d['samples']} observations from {d['episodes']} "
+                         f"fp32 episodes (seeds {d['seed_first_episode']}..){dagger}; {d['steps']} Adam steps per round, lr {d['lr_codes']} codes, "
+                         f"margin {d['margin']}, torch seed {d['torch_seed']}; weight codes changed {d['weight_codes_changed']} |")
         if "heldout_agreement" in q:
             by_level = json.loads(q["heldout_agreement_by_level"]) if "heldout_agreement_by_level" in q else {}
             detail = f" ({', '.join(f'{k} {v:.2%}' for k, v in by_level.items())})" if by_level else ""

@@ -365,8 +365,9 @@ def quantize_file(
                   "per_channel": str(opts.per_channel).lower(), "weight_type": "int8", "activation_type": "uint8",
                   "calibrate_method": opts.calibrate_method,
                   "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]" if opts.split_input else "none",
-                  "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else []),
-                  "float_split_sum": str(opts.float_split_sum).lower()}
+                  "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else [])}
+        if opts.float_split_sum:  # only when used: keeps the other artifacts' metadata as it was
+            extra["float_split_sum"] = "true"
         if distill is not None:
             extra |= {"distill": json_compact({
                 "episodes": f"{distill_episodes} per level", "seed_first_episode": calib_seed, "samples": distill_summary["samples"],

@@ -154,3 +154,10 @@ def test_distill_refuses_graphs_it_cannot_interpret(fp32_model):
 
     with pytest.raises(QuantizeError, match="no QGemm found"):
         QuantGraph(onnx.load(fp32_model))
+
+
+def test_card_shows_the_distillation(distilled):
+    from quantize.card import build_card
+
+    text = build_card(distilled[0], [], None, None)
+    assert "| distillation | integer codes trained toward the fp32 logits" in text and "300 Adam steps" in text
