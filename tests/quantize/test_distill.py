@@ -69,21 +69,26 @@ def _logit_error(model_bytes: bytes, heldout) -> tuple[float, float]:
     return float(np.mean((lg - ref_logits) ** 2)), float(np.mean(a == ref_actions))
 
 
-def test_torch_graph_computes_what_onnxruntime_computes(plain_int8, heldout):
+@pytest.mark.parametrize("options", [{}, {"float_split_sum": True}, {"per_channel": True, "float_split_sum": True},
+                                     {"keep_last_layer_fp32": False}, {"split_input": False}])
+def test_torch_graph_computes_what_onnxruntime_computes(fp32_model, heldout, options):
     from quantize.distill import QuantGraph
+    from quantize.ptq import StaticInt8Options, quantize_static_int8
 
+    src = load_policy(fp32_model)
+    calib = collect_observations(policy_fn(session(src.data)), load_level("default"), 6, CALIBRATION_SEED)
+    model = quantize_static_int8(src, calib, StaticInt8Options(**options))
     obs = heldout[0]
-    for model in plain_int8:
-        graph = QuantGraph(model)
-        with torch.no_grad():
-            lg = graph(torch.as_tensor(obs)).numpy()
-        a, ort_lg = run_logits(session(serialize(model)), obs)
-        assert np.mean(lg.argmax(1) == a) > 0.999
-        assert np.abs(lg - ort_lg).max() < 0.05  # float re-quantization rounding only
-        # writing the untrained codes back is the identity
-        back = {t.name: numpy_helper.to_array(t) for t in graph.to_onnx().graph.initializer}
-        for t in model.graph.initializer:
-            assert np.array_equal(back[t.name], numpy_helper.to_array(t)), t.name
+    graph = QuantGraph(model)
+    with torch.no_grad():
+        lg = graph(torch.as_tensor(obs)).numpy()
+    a, ort_lg = run_logits(session(serialize(model)), obs)
+    assert np.mean(lg.argmax(1) == a) > 0.999
+    assert np.abs(lg - ort_lg).max() < 0.05  # float re-quantization rounding only
+    # writing the untrained codes back is the identity
+    back = {t.name: numpy_helper.to_array(t) for t in graph.to_onnx().graph.initializer}
+    for t in model.graph.initializer:
+        assert np.array_equal(back[t.name], numpy_helper.to_array(t)), t.name
 
 
 def test_float_split_sum_removes_the_second_rounding(plain_int8, heldout):
