@@ -355,3 +355,33 @@ def test_spinning_backs_off_when_another_thread_wants_the_core() -> None:
         hog.wait()
         stop.set()
         thread.join()
+
+
+def test_no_spinning_while_acts_take_longer_than_the_spin() -> None:
+    """Replies slower than spin_us (a big policy): the client stops spinning, and resumes once acts are quick."""
+    slow = range(6, 18)  # requests 6..17 answered 5 ms late, the rest at once
+
+    def answer(router: zmq.Socket, frames: list[bytes], index: int) -> None:
+        if index in slow:
+            time.sleep(0.005)
+        reply_with(router, frames, action=index, setpoint=None, logits=None, infer_ns=1, recv_ns=1, send_ns=2)
+
+    endpoint, stop, thread = scripted_peer(answer)
+    try:
+        with BridgeClient(endpoint, timeout_s=5.0, retries=0, spin_us=1000) as client:
+            client.status()  # request 0
+
+            def acts(n: int) -> int:
+                before = client.spin_waits
+                for _ in range(n):
+                    assert client.act_within(np.zeros(OBS_DIM), 2.0) is not None
+                return client.spin_waits - before
+
+            assert acts(5) >= 1  # requests 1-5: quick, spun
+            assert acts(12) <= 3  # 6-17: after two or three 5 ms acts the average passes 1 ms: no more spinning
+            assert client.act_rtt_ewma_ns > 1_000_000
+            assert acts(60) >= 1  # quick again: the average decays below 1 ms and spinning resumes
+            assert client.act_rtt_ewma_ns < 1_000_000
+    finally:
+        stop.set()
+        thread.join()
