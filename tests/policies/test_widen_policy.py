@@ -108,3 +108,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_quantize_calibrates_a_widened_model_at_its_own_camera(tmp_path):
+    from quantize.ptq import quantize_file
+
+    src = tiny_policy(tmp_path / "tiny.onnx")
+    wide = tmp_path / "tiny_144x256.onnx"
+    assert run_cli(widen_main, [str(src), "--camera", "144x256", "-o", str(wide)]) == 0
+    report = quantize_file(wide, "int8", tmp_path / "tiny_144x256_int8.onnx", calibration_episodes=2, heldout_episodes=1,
+                           max_calibration_samples=500)
+    assert report.calibration_samples > 0 and report.heldout_samples > 0
+    q = ort.InferenceSession(str(report.output), providers=["CPUExecutionProvider"])
+    assert q.get_inputs()[0].shape[1] == 36872
+    meta = dict(q.get_modelmeta().custom_metadata_map)
+    assert meta["airq.widen.camera"] == "144x256" and meta["airq.precision"] == "int8"
