@@ -24,9 +24,11 @@ demo: $(STAMP)
 		--episodes 100 --level default --seed 0 --out out/demo
 
 # The deployment study (issue #9, docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
-# default and hard, bridge pinned like a Pi 3b; 200 seeded episodes per model and level (about 20 min on the 2-core VM).
+# default and hard, bridge pinned like a Pi 3b; 300 seeded episodes per model and level; then the memory stage (an Air
+# Learning-sized Policy III fp32 vs int8 under a Pi 3b's 900 MB RAM, with and without swap, and 512 MB; needs root for
+# its memory cgroups, skipped otherwise). About 25 min on the 2-core VM.
 study: $(STAMP)
-	$(PY) -m hil.study --sim-only --profile pi3b --episodes 200 --levels default hard --seed 0 --out out/study
+	$(PY) -m hil.study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
 test: $(STAMP)
 	$(PY) -m pytest -q

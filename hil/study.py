@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from hil import roofline
+from hil import roofline, study_memory
 from hil.client import BridgeClient, BridgeError
 from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from hil.report import percentiles_us, read_run_log
@@ -90,6 +90,16 @@ class StudyArgs:
     timing_rounds: int = 10
     out: str = "out/study"
     quiet: bool = False
+    # the memory stage (hil.study_memory): None = on with --host (report) and with a sim-only profile that has a memory size
+    memory_study: bool | None = None
+    memory_source: str = str(study_memory.DEFAULT_SOURCE)
+    memory_camera: str = "144x256"
+    memory_limits: list[str] | None = None  # MB[:SWAP_MB]; None: the profile's size with swap, without, and 512 MB
+    memory_swap_mb: int = 2048
+    memory_episodes: int = 5
+    memory_thrash_acts: int = 8
+    memory_calibration_episodes: int = 20
+    memory_cache: str = str(study_memory.DEFAULT_CACHE)
 
 
 def parse_args(argv: list[str] | None) -> StudyArgs:
@@ -109,6 +119,21 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     p.add_argument("--timing-rounds", type=int, default=10, help="timing pass: rounds (models interleaved in each)")
     p.add_argument("--out", default="out/study")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    m = p.add_argument_group("memory stage (does an Air Learning-sized Policy III fit the device's RAM? docs/study.md)")
+    m.add_argument("--memory-study", action=argparse.BooleanOptionalAction, default=None,
+                   help="run it (default: with --host, a report of the device's RAM; sim-only, when the profile has a memory size)")
+    m.add_argument("--memory-source", default=str(study_memory.DEFAULT_SOURCE), metavar="FILE",
+                   help="fp32 policy to widen to the large camera (default: models/policy3_fp32.onnx)")
+    m.add_argument("--memory-camera", default="144x256", metavar="HxW", help="large depth image (default: Air Learning's 144x256)")
+    m.add_argument("--memory-limits", nargs="+", metavar="MB[:SWAP_MB]",
+                   help="RAM limits (default: the profile's size with swap, without swap, and 512 MB with swap)")
+    m.add_argument("--memory-swap-mb", type=int, default=2048, help="swap of a limit that does not give its own")
+    m.add_argument("--memory-episodes", type=int, default=5, help="seeded episodes per memory run")
+    m.add_argument("--memory-thrash-acts", type=int, default=8,
+                   help="acts flown under a limit at or below the model's weight bytes (each pages the weights back in)")
+    m.add_argument("--memory-calibration-episodes", type=int, default=20, help="calibration episodes of the large model's int8")
+    m.add_argument("--memory-cache", default=str(study_memory.DEFAULT_CACHE), metavar="DIR",
+                   help="where the large models are kept between studies (default .cache/study-memory)")
     ns = vars(p.parse_args(argv))
     if ns["models"] is None:
         ns["models"] = [str(m) for m in SHIPPED]
@@ -143,7 +168,7 @@ def parse_models(paths: list[str]) -> dict[str, list[Model]]:
     return groups
 
 
-def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile | None]:
+def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile | None, dict | None]:
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
     if args.timing_acts < 1 or args.timing_rounds < 1:
@@ -161,7 +186,7 @@ def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile |
     if args.host and profile is not None and not profile.has_roofline():
         raise UserError(f"--profile {profile.name} has no roofline figures; with --host it names the board (e.g. pi3b)")
     groups = parse_models(args.models)
-    return groups, profile
+    return groups, profile, study_memory.resolve_plan(args, profile)
 
 
 def _group_label(group: str) -> str:
@@ -173,8 +198,9 @@ def _group_label(group: str) -> str:
 
 
 class Study:
-    def __init__(self, args: StudyArgs, groups: dict[str, list[Model]], profile: DeviceProfile | None):
-        self.args, self.groups, self.profile = args, groups, profile
+    def __init__(self, args: StudyArgs, groups: dict[str, list[Model]], profile: DeviceProfile | None,
+                 memory_plan: dict | None = None):
+        self.args, self.groups, self.profile, self.memory_plan = args, groups, profile, memory_plan
         self.out = Path(args.out)
         self.started = time.monotonic()
         self.measured_anything = False
@@ -195,6 +221,7 @@ class Study:
             "roofline": [],
             "targets": [],
             "seed": {"source": SEED_SOURCE, "table": SEED_TABLE},
+            "memory": None,  # the memory stage (hil.study_memory)
         }
 
     # -------------------------------------------------------------- bookkeeping
@@ -249,6 +276,8 @@ class Study:
                 self.save()
             self.timing_pass(group, models)
             self.save()
+        study_memory.run_stage(self)
+        self.save()
         self.data["complete"] = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
             self.data["sessions"].append({"date": self.session_date, "wall_s": time.monotonic() - self.started})
@@ -703,10 +732,13 @@ def md_files(data: dict) -> str:
     return ("## Files\n\nstudy.json (everything above, per-episode outcomes included), latency.png (device inference by "
             "policy and precision), memory_over_time.png (bridge memory over each run, like the seed's Figure 4), "
             "success.png (success with Wilson 95% intervals); cells/LEVEL/GROUP/ holds each closed loop's hil.run "
-            "report and run log, timing/ the timing passes, machine.json this machine's roofline figures.\n")
+            "report and run log, timing/ the timing passes, machine.json this machine's roofline figures; with the memory "
+            "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (hil.memfit's "
+            "memfit.json, memfit.md and plot per part).\n")
 
 
-MARKDOWN_SECTIONS: list[Callable[[dict], str]] = [md_header, md_results, md_seed, md_roofline, md_targets, md_files]
+MARKDOWN_SECTIONS: list[Callable[[dict], str]] = [md_header, md_results, md_seed, md_roofline, study_memory.md_memory,
+                                                  md_targets, md_files]
 
 
 def render_markdown(data: dict) -> str:
@@ -794,7 +826,7 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        groups, profile = check_args(args)
+        groups, profile, memory_plan = check_args(args)
     except SystemExit as e:
         return int(e.code or 0)
     except UserError as e:
@@ -802,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_EXIT
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    study = Study(args, groups, profile)
+    study = Study(args, groups, profile, memory_plan)
     try:
         return study.run()
     except UserError as e:
