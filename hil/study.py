@@ -17,7 +17,13 @@ int8-dynamic; default: the 12 shipped models) and each level:
 3. roofline (hil.roofline): with --sim-only this machine's bandwidth and compute throughput are
    measured (pinned to one core like the bridge) and each model's predicted time is checked against
    its measured timing-pass p50; only where they agree within 2x is a prediction shown for the
-   real Pi boards of configs/hil/profiles.toml ("predicted on Pi (roofline)").
+   real Pi boards of configs/hil/profiles.toml ("predicted on Pi (roofline)");
+4. memory (hil.study_memory; on with a sim-only profile that has a memory size, e.g. pi3b, off with
+   --no-memory-study): Policy III widened to Air Learning's 144 x 256 depth image (615 MB fp32) and its
+   static int8 (cached by sha256), flown by hil.memfit unconstrained and in memory cgroups at the
+   profile's RAM with and without swap and at 512 MB: does it load, how fast, how much swap. Needs root
+   and a memory cgroup controller, else "skipped: <reason>". With --host the device's own RAM is the
+   experiment: its total RAM and each model's RSS are reported.
 
 Outputs in --out: study.json, study.md (tables ready to paste, with the seed's numbers beside ours),
 latency.png, memory_over_time.png, success.png; per-cell results under cells/ as they finish
