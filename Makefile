@@ -24,11 +24,11 @@ demo: $(STAMP)
 		--episodes 100 --level default --seed 0 --out out/demo
 
 # The deployment study (issue #9, docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
-# default and hard, bridge pinned like a Pi 3b; 300 seeded episodes per model and level; then the memory stage (an Air
+# default and hard, bridge pinned like a Pi 3b; 400 seeded episodes per model and level; then the memory stage (an Air
 # Learning-sized Policy III fp32 vs int8 under a Pi 3b's 900 MB RAM, with and without swap, and 512 MB; needs root for
-# its memory cgroups, skipped otherwise). About 25 min on the 2-core VM.
+# its memory cgroups, skipped otherwise). About 16 min on the quiet 2-core VM, 20-25 min shared.
 study: $(STAMP)
-	$(PY) -m hil.study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
+	$(PY) -m hil.study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from hil.memlimit import memory_cgroup_support
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
+SUPPORT = memory_cgroup_support()
 
 
 def study(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -29,11 +32,20 @@ def tiny_models(tmp_path_factory) -> list[Path]:
     return out
 
 
+def memory_args(cache: Path) -> list[str]:
+    """A cheap memory stage: Policy I widened to a 64 x 64 camera (1.1 MB), its int8 calibrated on 2
+    episodes, two RAM limits without swap (no swap file needed), one episode per run."""
+    return ["--memory-source", str(MODELS / "policy1_fp32.onnx"), "--memory-camera", "64x64", "--memory-limits", "256:0", "128:0",
+            "--memory-episodes", "1", "--memory-calibration-episodes", "2", "--memory-cache", str(cache)]
+
+
 @pytest.fixture(scope="module")
 def finished(tiny_models, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("study")
+    cache = tmp_path_factory.mktemp("memcache")
     proc = study("--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "3",
-                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet")
+                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet",
+                 *memory_args(cache))
     return out, proc
 
 
@@ -91,11 +103,17 @@ def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     out, _ = finished
     logs = sorted((out / "cells").rglob("run.jsonl"))
     before = [p.read_bytes() for p in logs]
+    data = json.loads((out / "study.json").read_text())
+    cache = Path(data["args"]["memory_cache"])
     proc = study("--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "3",
-                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet")
+                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet",
+                 *memory_args(cache))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "already done" in proc.stderr
     assert [p.read_bytes() for p in logs] == before  # no episode flown twice
+    if SUPPORT.available:  # the memory stage's models come from the cache, its finished runs are not run again
+        assert proc.stderr.count("memory stage: reusing") == 2 and proc.stderr.count("memory stage [") == 2
+        assert "hil.memfit:" not in proc.stderr
     other = study("--sim-only", "--models", *map(str, tiny_models), "--episodes", "4", "--out", str(out))
     assert other.returncode == 2 and "other arguments" in other.stderr
 
@@ -108,6 +126,14 @@ def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     (["--sim-only", "--models", str(MODELS / "policy1_int8.onnx")], "policy1 has no fp32 model"),
     (["--sim-only", "--models", str(MODELS / "policy1.md")], "cannot tell the precision"),
     (["--host", "raspberrypi.local", "--profile", "native"], "has no roofline figures"),
+    (["--sim-only", "--memory-study"], "--memory-study needs --memory-limits or a --profile with a memory size"),
+    (["--sim-only", "--profile", "pi3b", "--memory-limits", "lots"], "--memory-limits must be MB or MB:SWAP_MB"),
+    (["--sim-only", "--profile", "pi3b", "--memory-limits", "10"], "--memory-limits: RAM must be from 64"),
+    (["--sim-only", "--profile", "pi3b", "--memory-limits", "256", "256"], "--memory-limits lists a limit twice"),
+    (["--sim-only", "--profile", "pi3b", "--memory-episodes", "0"], "--memory-episodes must be >= 1"),
+    (["--sim-only", "--profile", "pi3b", "--memory-swap-mb", "-1"], "--memory-swap-mb must be >= 0"),
+    (["--sim-only", "--profile", "pi3b", "--memory-source", "nowhere/p_fp32.onnx"], "--memory-source: model file not found"),
+    (["--sim-only", "--profile", "pi3b", "--memory-camera", "144by256"], "--memory-camera"),
 ])
 def test_study_bad_input_exits_2_with_one_line(args, message, tmp_path):
     proc = study(*args, "--out", str(tmp_path / "s"))
@@ -138,4 +164,104 @@ def test_study_against_a_device_by_host(tiny_models, tmp_path):
     assert all(t["acts"] == 20 for t in data["timing"]["tiny"]["models"].values())
     for e in data["roofline"]:  # checked against the pi3b figures, with the device's own measurement
         assert e["check"]["where"].startswith("the device") and e["check"]["measured_s"] > 0
-    assert "Measured on the device at 127.0.0.1" in (tmp_path / "s" / "study.md").read_text()
+    md = (tmp_path / "s" / "study.md").read_text()
+    assert "Measured on the device at 127.0.0.1" in md
+    # memory: no cgroup around a device's process; the device's RAM (its hello) and each model's RSS are reported
+    assert data["memory"]["status"] == "device"
+    ram = data["device"]["device"]["ram_bytes"]
+    section = md[md.index("## Does it fit in a Pi 3b's memory?"):]
+    assert f"**{ram / 2**20:,.0f} MB**" in section
+    rss = next(r for r in data["rows"] if r["precision"] == "int8")["rss_bytes"]
+    assert f"| tiny_int8 | {rss / 2**20:,.0f} |" in section
+
+
+def test_study_memory_stage(finished):
+    """The memory stage's results: measured in memory cgroups where this machine allows (CI: root), else
+    skipped with the reason; the study succeeds either way."""
+    out, proc = finished
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((out / "study.json").read_text())
+    mem = data["memory"]
+    md = (out / "study.md").read_text()
+    assert "## Does it fit in a Pi 3b's memory?" in md
+    if not SUPPORT.available:
+        assert mem["status"] == "skipped" and mem["reason"] == SUPPORT.reason
+        assert f"**skipped: {SUPPORT.reason}**" in md
+        return
+    assert mem["status"] == "done", mem
+    fp32, int8 = mem["models"]["fp32"], mem["models"]["int8"]
+    assert Path(fp32["path"]).name == "policy1_64x64_fp32.onnx" and Path(int8["path"]).name == "policy1_64x64_int8.onnx"
+    assert "memory stage: widening policy1_fp32.onnx to a 64x64 camera" in proc.stderr  # a fresh cache: built, then stored
+    assert Path(fp32["path"]).parent.parent == Path(data["args"]["memory_cache"]) and Path(int8["path"]).is_file()
+    assert int8["source_sha256"] == fp32["sha256"] and 0.5 < int8["heldout_agreement"] <= 1.0
+    assert fp32["bytes"] == Path(fp32["path"]).stat().st_size > int8["bytes"] * 3
+    rows = mem["rows"]
+    assert [(Path(r["model"]).stem, r["condition"], r["memory_limit_mb"]) for r in rows] == [
+        ("policy1_64x64_fp32", "unconstrained", None), ("policy1_64x64_fp32", "constrained", 256),
+        ("policy1_64x64_fp32", "constrained", 128), ("policy1_64x64_int8", "unconstrained", None),
+        ("policy1_64x64_int8", "constrained", 256), ("policy1_64x64_int8", "constrained", 128)]
+    for r in rows:
+        assert r["loaded"] and r["flown"] and r["episodes"] == 1 and r["steps"] > 0
+        assert 0 < r["infer_p50_ms"] <= r["infer_p99_ms"] and r["oom_kills"] == 0
+        assert "cgroup_samples" not in r  # the time series stay in memory/PART/memfit.json
+        if r["condition"] == "constrained":
+            assert r["swap_limit_mb"] == 0 and r["cgroup_peak_bytes"] <= r["memory_limit_mb"] * 2**20
+            assert r["vs_unconstrained"]["infer_p50_ms"] > 0
+    for part in mem["parts"].values():
+        assert "cgroup_samples" in json.loads((Path(part) / "memfit.json").read_text())["rows"][0]
+    assert (out / "memory_fit_over_time.png").stat().st_size > 1000
+    assert md.count("| policy1_64x64_fp32.onnx | ") == 3 and "| policy1_64x64_int8.onnx | 128 MB RAM, no swap | yes |" in md
+    assert f"{rows[0]['infer_p50_ms']:,.2f} / {rows[0]['infer_p99_ms']:,.2f}" in md
+    assert "every slowdown here is a lower bound" in md
+
+
+def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypatch, capsys):
+    """Not root: the section says why and the study still succeeds; no model is built."""
+    import signal
+
+    import hil.memlimit as memlimit
+    from hil.study import main
+
+    monkeypatch.setattr(memlimit, "_is_root", lambda: False)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        rc = main(["--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "1", "--levels", "default",
+                   "--timing-rounds", "1", "--timing-acts", "5", "--out", str(tmp_path / "s"), "--quiet",
+                   *memory_args(tmp_path / "cache")])
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert rc == 0
+    data = json.loads((tmp_path / "s" / "study.json").read_text())
+    assert data["complete"] and data["memory"]["status"] == "skipped" and data["memory"]["reason"].startswith("not root")
+    assert "**skipped: not root" in (tmp_path / "s" / "study.md").read_text()
+    assert "memory stage skipped: not root" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "s" / "memory").exists()
+
+
+def test_memory_runs_below_the_weights_are_short():
+    from hil.study_memory import plan_parts
+
+    mb = 2**20
+    limits = [[900, 2048], [900, 0], [512, 2048]]
+    parts = plan_parts([("big_fp32.onnx", 615 * mb), ("big_int8.onnx", 154 * mb)], limits, episodes=5, thrash_acts=8)
+    assert [(p["name"], p["limits"], p["baseline"], p["episodes"], p["max_steps"]) for p in parts] == [
+        ("big_fp32", [[900, 2048], [900, 0]], True, 5, None),
+        ("big_fp32_below_weights", [[512, 2048]], False, 1, 8),  # 512 MB cannot hold 615 MB of weights
+        ("big_int8", limits, True, 5, None)]
+    only_below = plan_parts([("huge_fp32.onnx", 2000 * mb)], limits, episodes=5, thrash_acts=8)
+    assert [(p["limits"], p["baseline"], p["max_steps"]) for p in only_below] == [(limits, True, 8)]  # baseline flies the same acts
+
+
+def test_memory_readings_follow_the_measurements():
+    from hil.study_memory import classify, verdict
+
+    mb = 2**20
+    base = {"loaded": True, "flown": True, "condition": "constrained", "swap_max_bytes": 0}
+    assert classify({"loaded": False, "oom_kills": 1}) == "oom" and "OOM-killed while loading" in verdict({"loaded": False, "oom_kills": 1})
+    assert classify({"loaded": False, "oom_kills": 0, "error": "x"}) == "no-load"
+    assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}}) == "thrashes"
+    assert "155x slower" in verdict(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}})
+    swapped = base | {"swap_max_bytes": 888 * mb, "vs_unconstrained": {"infer_p50_ms": 1.08, "load_s": 3.78}}
+    assert classify(swapped) == "swapped" and "swapping out 888 MB (loading 3.8x slower)" in verdict(swapped)
+    assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 2.9}}) == "fits"
+    assert classify(base | {"condition": "unconstrained"}) == "baseline" and classify({"skipped": "not root"}) == "skipped"
