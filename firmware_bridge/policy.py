@@ -15,6 +15,7 @@ caller keeps its previous policy.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -141,18 +142,34 @@ def load_policy(
             # !r: the declared value is client text and must not put a newline into a reply or the journal
             f"sha256 of the {len(onnx_bytes)} received bytes is {digest}, request says {expected_sha256[:64]!r}",
         )
-    if not onnx_bytes:
-        raise _bad("policy is empty (0 bytes)")
+    return _load(onnx_bytes, digest, len(onnx_bytes), threads, name)
 
+
+def load_policy_file(path: str, *, threads: int = 1, name: str = "") -> Policy:
+    """Load the operator's own policy file (``serve --policy``). onnxruntime reads the path itself, so
+    the process never holds the file's bytes beside the session: for a 600 MB model that is the
+    difference between fitting a Pi's RAM after loading or not (docs/memory.md)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return _load(path, digest.hexdigest(), size, threads, name)
+
+
+def _load(source: bytes | str, digest: str, size: int, threads: int, name: str) -> Policy:
+    if not size:
+        raise _bad("policy is empty (0 bytes)")
     start_ns = time.monotonic_ns()
     rss_before, _ = process_memory_bytes()
     try:
-        session = ort.InferenceSession(onnx_bytes, session_options(threads), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(source, session_options(threads), providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises Fail/InvalidProtobuf/InvalidGraph/RuntimeError...
         raise _bad(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 
     metadata = dict(session.get_modelmeta().custom_metadata_map)
-    policy = _describe(session, metadata, digest, len(onnx_bytes), name or metadata.get("airq.preset", ""))
+    policy = _describe(session, metadata, digest, size, name or metadata.get("airq.preset", ""))
     _warm_up(policy)
     rss_after, _ = process_memory_bytes()
     policy.load_ns = time.monotonic_ns() - start_ns

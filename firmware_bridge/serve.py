@@ -72,23 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     import zmq
 
     from firmware_bridge.keys import KeyFileError, curve_available
-    from firmware_bridge.policy import PolicyLoadError, load_policy
+    from firmware_bridge.policy import PolicyLoadError, load_policy_file
     from firmware_bridge.server import BridgeConfig, BridgeServer
 
     policy = None
     if args.policy:
         path = Path(args.policy)
         try:
-            onnx_bytes = path.read_bytes()
+            # The operator chose this file, so no upload size limit applies to it.
+            policy = load_policy_file(str(path), threads=args.threads, name=path.name)
         except FileNotFoundError:
             fail(f"--policy {args.policy}: no such file", prog=PROG)
         except OSError as exc:
             fail(f"--policy {args.policy}: cannot read: {exc.strerror}", prog=PROG)
-        try:
-            # The operator chose this file, so no upload size limit applies to it.
-            policy = load_policy(
-                onnx_bytes, expected_sha256=None, max_bytes=len(onnx_bytes), threads=args.threads, name=path.name
-            )
         except PolicyLoadError as exc:
             fail(f"--policy {args.policy}: {exc.code}: {exc.message}", prog=PROG)
 

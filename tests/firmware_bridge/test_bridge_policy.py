@@ -158,3 +158,16 @@ def test_outputs_without_action_and_several_floats_rejected() -> None:
     o2 = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", DIM])
     nodes = [helper.make_node("Identity", ["obs"], ["x"]), helper.make_node("Relu", ["obs"], ["y"])]
     assert "no 'action' output" in reject(_graph_model([a], [o1, o2], nodes))
+
+
+def test_policy_file_loads_like_its_bytes(discrete_model: bytes, discrete_model_file) -> None:
+    # serve --policy hands onnxruntime the path (so the bridge never holds the file's bytes): the
+    # loaded policy must be the very one the same bytes give over the wire.
+    from firmware_bridge.policy import load_policy, load_policy_file
+    from firmware_bridge.protocol import sha256_hex
+
+    from_file = load_policy_file(str(discrete_model_file))
+    from_bytes = load_policy(discrete_model, expected_sha256=None, max_bytes=len(discrete_model))
+    assert from_file.sha256 == from_bytes.sha256 == sha256_hex(discrete_model)
+    assert from_file.size_bytes == len(discrete_model)
+    assert from_file.act(obs2d())[0] == from_bytes.act(obs2d())[0]
