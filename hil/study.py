@@ -210,6 +210,7 @@ class Study:
         self.out = Path(args.out)
         self.started = time.monotonic()
         self.measured_anything = False
+        self.previous: dict = {}  # the study.json of the sessions before this one (a resumed or re-rendered study)
         self.session_date = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         self.data: dict[str, Any] = {
             "study_version": STUDY_VERSION,
@@ -263,6 +264,7 @@ class Study:
         self.check_out_dir()
         try:  # earlier sessions of this study (a resumed study adds up their wall times)
             old = json.loads((self.out / "study.json").read_text())
+            self.previous = old
             self.data["sessions"] = old.get("sessions") or ([{"date": old["date"], "wall_s": old["wall_s"]}] if old.get("wall_s") else [])
         except (OSError, ValueError):
             self.data["sessions"] = []

@@ -210,9 +210,13 @@ def test_study_memory_stage(finished):
     for part in mem["parts"].values():
         assert "cgroup_samples" in json.loads((Path(part) / "memfit.json").read_text())["rows"][0]
     assert (out / "memory_fit_over_time.png").stat().st_size > 1000
+    stage = json.loads((out / "memory" / "stage.json").read_text())  # kept for re-renders of the study
+    assert mem["measured"] == stage and stage["build_s"]["fp32"] > 0 and f"Stage wall time: {stage['wall_s'] / 60:.1f} min" in md
     assert md.count("| policy1_64x64_fp32.onnx | ") == 3 and "| policy1_64x64_int8.onnx | 128 MB RAM, no swap | yes |" in md
     assert f"{rows[0]['infer_p50_ms']:,.2f} / {rows[0]['infer_p99_ms']:,.2f}" in md
-    assert "every slowdown here is a lower bound" in md
+    assert "every slowdown here is a lower bound" in md and "Swap: none (no limit asks for it)." in md
+    ratio = rows[1]["infer_p50_ms"] / rows[4]["infer_p50_ms"]  # fp32 against int8 at 256 MB
+    assert f"256 MB RAM, no swap: fp32 {rows[1]['infer_p50_ms']:,.2f} ms, int8 {rows[4]['infer_p50_ms']:,.2f} ms (**{ratio:,.1f}x**)" in md
 
 
 def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypatch, capsys):
