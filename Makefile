@@ -26,7 +26,7 @@ demo: $(STAMP)
 # The deployment study (issue #9, docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
 # default and hard, bridge pinned like a Pi 3b; 400 seeded episodes per model and level; then the memory stage (an Air
 # Learning-sized Policy III fp32 vs int8 under a Pi 3b's 900 MB RAM, with and without swap, and 512 MB; needs root for
-# its memory cgroups, skipped otherwise). About 16 min on the quiet 2-core VM, 20-25 min shared.
+# its memory cgroups, skipped otherwise). 12.6 min on the 2-core VM at load average 2 (docs/study.md), about 20 min busier.
 study: $(STAMP)
 	$(PY) -m hil.study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
 
