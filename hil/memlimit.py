@@ -113,6 +113,50 @@ def _atexit_cleanup() -> None:
 atexit.register(_atexit_cleanup)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _creator_pid(name: str) -> int | None:
+    """The pid in an ``airq-...-PID-HEX`` name (swap files and cgroups made here carry their maker's)."""
+    parts = name.split("-")
+    return int(parts[-2]) if len(parts) >= 3 and parts[0] == "airq" and parts[-2].isdigit() else None
+
+
+def reclaim_stale(cgroup_root: Path | None = None) -> list[str]:
+    """Remove what a killed run left behind: active ``airq-swap-PID-*`` files and empty ``airq-*-PID-*``
+    cgroups whose PID is gone. A SIGKILL skips every cleanup, and a forgotten 2 GB swap file would
+    otherwise make the next run's "is swap already active?" answer yes. Returns what was removed."""
+    removed: list[str] = []
+    try:
+        swaps = [line.split()[0] for line in Path("/proc/swaps").read_text().splitlines()[1:] if line.split()]
+    except OSError:
+        swaps = []
+    for path in swaps:
+        pid = _creator_pid(Path(path).name)
+        if Path(path).name.startswith("airq-swap-") and pid is not None and not _pid_alive(pid):
+            if subprocess.run(["swapoff", path], capture_output=True, check=False).returncode == 0:
+                Path(path).unlink(missing_ok=True)
+                removed.append(path)
+    if cgroup_root is not None and cgroup_root.is_dir():
+        # siblings too: each job of a job runner may get its own cgroup below a common parent
+        for d in [*cgroup_root.glob("airq-*"), *cgroup_root.parent.glob("*/airq-*")]:
+            pid = _creator_pid(d.name)
+            if d.is_dir() and pid is not None and not _pid_alive(pid):
+                try:
+                    d.rmdir()  # fails (and is left alone) while any process is still inside
+                    removed.append(str(d))
+                except OSError:
+                    pass
+    return removed
+
+
 class SwapFile:
     """A swap file of ``size_mb`` MB, active while the context lasts; only when no swap is active.
 
@@ -129,6 +173,8 @@ class SwapFile:
         self.existing_bytes = 0
 
     def open(self) -> SwapFile:
+        if _is_root():
+            reclaim_stale()
         self.existing_bytes = active_swap_bytes()
         if self.existing_bytes:
             return self  # swap is already there: use it, touch nothing
@@ -204,6 +250,7 @@ class MemoryCgroup:
 
     # ------------------------------------------------------------------ lifecycle
     def open(self) -> MemoryCgroup:
+        reclaim_stale(self.support.root)
         _cleanups[id(self)] = self
         try:
             if self.version == "v2":

@@ -99,3 +99,29 @@ def test_bad_sizes():
     if SUPPORT.available:
         with pytest.raises(MemLimitError, match=">= 0"):
             MemoryCgroup("x", -1)
+
+
+@needs_cgroup
+def test_leftovers_of_a_killed_run_are_reclaimed(tmp_path):
+    # What a SIGKILLed run leaves: an active airq swap file and a cgroup, both named after its pid.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale_swap = tmp_path / f"airq-swap-{gone.pid}-deadbeef"
+    stale_swap.write_bytes(b"\0" * (16 * 2**20))
+    stale_swap.chmod(0o600)
+    subprocess.run(["mkswap", str(stale_swap)], check=True, capture_output=True)
+    subprocess.run(["swapon", str(stale_swap)], check=True, capture_output=True)
+    stale_cgroup = SUPPORT.root / f"airq-memfit-constrained-{gone.pid}-abc123"
+    stale_cgroup.mkdir()
+    live_cgroup = SUPPORT.root / f"airq-test-{memlimit.os.getpid()}-abc123"  # our own: must stay
+    live_cgroup.mkdir()
+    try:
+        removed = memlimit.reclaim_stale(SUPPORT.root)
+        assert str(stale_swap) in removed and str(stale_cgroup) in removed
+        assert str(stale_swap) not in Path("/proc/swaps").read_text() and not stale_swap.exists()
+        assert not stale_cgroup.exists() and live_cgroup.exists()
+    finally:
+        subprocess.run(["swapoff", str(stale_swap)], capture_output=True)
+        for d in (stale_cgroup, live_cgroup):
+            if d.exists():
+                d.rmdir()
