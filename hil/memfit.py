@@ -445,6 +445,26 @@ def _add_ratios(rows: list[dict]) -> None:
         r["vs_unconstrained"] = ratio
 
 
+TABLE_COLUMNS = ("loads?", "load s", "inference p50 / p99 ms", "loop Hz", "acts > 80 ms", "peak RSS MB", "RSS end MB",
+                 "cgroup peak MB", "swap max MB", "major faults (load)")
+
+
+def table_row(r: dict, name: str, condition: str, tail: list[str]) -> str:
+    """One markdown row of a memory-fit table: name, condition, the TABLE_COLUMNS cells, then ``tail``."""
+    if r.get("skipped"):
+        cells = [f"skipped: {r['skipped']}"] + [""] * (len(TABLE_COLUMNS) - 1)
+    elif not r.get("loaded") or not r.get("flown"):
+        cells = [f"**no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')})" if not r.get("loaded") else "yes",
+                 _f(r.get("load_s"), "{:.1f}"), "-", "-", "-", "-", "-", _mb(r.get("cgroup_peak_bytes")),
+                 _mb(r.get("swap_max_bytes")), str(r.get("major_faults"))]
+    else:
+        cells = ["yes", f"{r['load_s']:.1f}", f"{_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))}",
+                 _f(r.get("loop_hz"), "{:,.1f}"), _f(r.get("acts_over_control_deadline"), "{:.1%}"),
+                 _mb(r.get("peak_rss_bytes")), _mb(r.get("rss_bytes")), _mb(r.get("cgroup_peak_bytes")),
+                 _mb(r.get("swap_max_bytes")), f"{r.get('major_faults')} ({r.get('major_faults_load')})"]
+    return "| " + " | ".join([name, condition, *cells, *tail]) + " |"
+
+
 def _mb(v) -> str:
     return f"{v / MB:,.0f}" if v else ("0" if v == 0 else "-")
 
@@ -476,27 +496,16 @@ def format_markdown(result: dict) -> str:
         f"{'core ' + str(c['cpu']) if c['cpu'] is not None else 'any core'}, {c['threads']} onnxruntime thread(s), "
         f"{'lockstep loop' if c['rate_hz'] is None else str(c['rate_hz']) + ' Hz paced loop'}.",
         "",
-        "| model | condition | loads? | load s | inference p50 / p99 ms | loop Hz | acts > 80 ms | peak RSS MB | RSS end MB | cgroup peak MB | swap max MB | major faults (load) | success |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | condition | " + " | ".join(TABLE_COLUMNS) + " | success |",
+        "|---" * (len(TABLE_COLUMNS) + 3) + "|",
     ]
     for r in result["rows"]:
         cond = r["condition"] + (f" ({r['memory_limit_mb']} MB, swap {r.get('swap_limit_mb')} MB)" if r.get("memory_limit_mb") else "")
-        if r.get("skipped"):
-            lines.append(f"| {r['name']} | {cond} | skipped: {r['skipped']} |" + " |" * 11)
-            continue
-        if not r.get("loaded"):
-            lines.append(f"| {r['name']} | {cond} | **no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')}) | "
-                         f"{_f(r.get('load_s'), '{:.1f}')} | - | - | - | - | - | {_mb(r.get('cgroup_peak_bytes'))} | "
-                         f"{_mb(r.get('swap_max_bytes'))} | {r.get('major_faults')} | - |")
-            continue
-        succ = f"{r['success']}/{r['episodes']}" if r.get("flown") else f"failed: {r.get('error', '')[:60]}"
-        if r.get("time_budget_hit"):
-            succ += " (time budget)"
-        lines.append(
-            f"| {r['name']} | {cond} | yes | {r['load_s']:.1f} | {_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))} | "
-            f"{_f(r.get('loop_hz'), '{:,.1f}')} | {_f(r.get('acts_over_control_deadline'), '{:.1%}')} | {_mb(r.get('peak_rss_bytes'))} | "
-            f"{_mb(r.get('rss_bytes'))} | {_mb(r.get('cgroup_peak_bytes'))} | {_mb(r.get('swap_max_bytes'))} | "
-            f"{r.get('major_faults')} ({r.get('major_faults_load')}) | {succ} |")
+        if r.get("loaded") and not r.get("flown"):
+            last = f"failed: {r.get('error', '')[:60]}"
+        else:
+            last = f"{r.get('success')}/{r.get('episodes')}" + (" (time budget)" if r.get("time_budget_hit") else "")
+        lines.append(table_row(r, r["name"], cond, [last]))
     ratios = [r for r in result["rows"] if r.get("vs_unconstrained")]
     if ratios:
         lines += ["", "Constrained / unconstrained:", "", "| model | inference p50 | inference p99 | loop Hz | load time | peak RSS |",

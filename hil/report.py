@@ -244,7 +244,7 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     ax.set_ylabel("acts")
     ax.set_title("Closed-loop latency")
     ax.legend(fontsize=7)
-    paths.append(_save_fig(fig, out_dir / "latency_histogram.png"))
+    paths.append(save_figure(fig, out_dir / "latency_histogram.png"))
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
         s = np.asarray(r["device_memory"]["samples"], dtype=float)
@@ -255,11 +255,12 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     ax.set_ylabel("device memory (MiB)")
     ax.set_title("Bridge process memory over time")
     ax.legend(fontsize=7)
-    paths.append(_save_fig(fig, out_dir / "memory_over_time.png"))
+    paths.append(save_figure(fig, out_dir / "memory_over_time.png"))
     plt.close("all")
     return paths
 
 
-def _save_fig(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Lay the figure out and write it as a PNG, atomically."""
     fig.tight_layout()
     return write_atomic(path, figure_png(fig))

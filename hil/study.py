@@ -56,11 +56,11 @@ from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil import roofline, study_memory
 from hil.client import BridgeClient, BridgeError
 from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
-from hil.report import percentiles_us, read_run_log
+from hil.report import percentiles_us, read_run_log, save_figure
 from hil.run import RunArgs, UserError
 from hil.run import run as hil_run
 from nav_env.config import ConfigError, load_level
-from nav_env.render import figure_png, write_atomic
+from nav_env.render import write_atomic
 from nav_env.stats import wilson_interval
 
 USAGE_EXIT, FAILURE_EXIT = 2, 1
@@ -786,7 +786,7 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
     ax.set_ylabel("device inference, microseconds (bar p50, whisker p99)")
     ax.set_title("Device inference by policy and precision (timing pass)")
     ax.legend()
-    paths.append(_save(fig, out / "latency.png"))
+    paths.append(save_figure(fig, out / "latency.png"))
     # memory over time per policy (the seed's Figure 4)
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
     for ax, group in zip(axes[0], names):
@@ -801,7 +801,7 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
         ax.set_xlabel("seconds into the run")
         ax.set_ylabel("bridge memory (MiB)")
         ax.legend(fontsize=7)
-    paths.append(_save(fig, out / "memory_over_time.png"))
+    paths.append(save_figure(fig, out / "memory_over_time.png"))
     # success with intervals
     levels = data["args"]["levels"]
     fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 4), squeeze=False)
@@ -814,14 +814,9 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
         ax.set_xticks(range(len(lr)), [f"{_group_label(r['group'])}\n{r['precision']}" for r in lr], fontsize=6)
         ax.set_ylabel("success %, Wilson 95% interval")
         ax.set_title(f"Success on {level}")
-    paths.append(_save(fig, out / "success.png"))
+    paths.append(save_figure(fig, out / "success.png"))
     plt.close("all")
     return paths
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    return write_atomic(path, figure_png(fig))
 
 
 # ---------------------------------------------------------------------------------- main

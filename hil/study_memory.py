@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hil.memfit import TABLE_COLUMNS, table_row
 from hil.run import UserError
 from nav_env.render import write_atomic
 
@@ -434,26 +435,15 @@ def md_memory(data: dict) -> str:
             f"`{plan['level']}`, lockstep loop); a limit at or below a model's weight bytes gets one episode cut at "
             f"{plan['thrash_acts']} acts (each act pages the weights back in). \"acts > 80 ms\": share of acts that would miss a "
             "10 Hz control period's deadline. Major faults: whole run (during loading). " + _swap_line(mem.get("swap"), plan["swap_mb"]), "",
-            "| model | condition | loads? | load s | inference p50 / p99 ms | loop Hz | acts > 80 ms | peak RSS MB | "
-            "RSS end MB | cgroup peak MB | swap max MB | major faults (load) | episodes | reading |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| model | condition | " + " | ".join(TABLE_COLUMNS) + " | episodes | reading |",
+            "|---" * (len(TABLE_COLUMNS) + 4) + "|"]
     for r in mem.get("rows") or []:
-        name = r["name"]
-        if r.get("skipped"):
-            out.append(f"| {name} | {_condition(r)} | skipped: {r['skipped']} |" + " |" * 10 + " - |")
-            continue
-        if not r.get("loaded") or not r.get("flown"):
-            out.append(f"| {name} | {_condition(r)} | **no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')}) | "
-                       f"{_f(r.get('load_s'), '{:.1f}')} | - | - | - | - | - | {_mb(r.get('cgroup_peak_bytes'))} | "
-                       f"{_mb(r.get('swap_max_bytes'))} | {r.get('major_faults')} | - | {verdict(r)} |")
-            continue
-        eps = f"{r['steps']} acts (cut)" if r.get("cut_at_acts") else f"{r['success']}/{r['episodes']} succeeded"
-        if r.get("time_budget_hit"):
-            eps += " (time budget)"
-        out.append(f"| {name} | {_condition(r)} | yes | {r['load_s']:.1f} | {_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))} | "
-                   f"{_f(r.get('loop_hz'), '{:,.1f}')} | {_f(r.get('acts_over_control_deadline'), '{:.1%}')} | {_mb(r.get('peak_rss_bytes'))} | "
-                   f"{_mb(r.get('rss_bytes'))} | {_mb(r.get('cgroup_peak_bytes'))} | {_mb(r.get('swap_max_bytes'))} | "
-                   f"{r.get('major_faults')} ({r.get('major_faults_load')}) | {eps} | {verdict(r)} |")
+        if r.get("skipped") or not r.get("loaded") or not r.get("flown"):
+            eps = "-"
+        else:
+            eps = (f"{r['steps']} acts (cut)" if r.get("cut_at_acts") else f"{r['success']}/{r['episodes']} succeeded") \
+                + (" (time budget)" if r.get("time_budget_hit") else "")
+        out.append(table_row(r, r["name"], _condition(r), [eps, verdict(r)]))
     out += ["", *reading(mem), "",
             "**What is emulated, what is not.** Emulated: the RAM size (the cgroup caps the bridge's resident memory, anonymous "
             "and page cache, as a Pi's RAM does; above it the kernel reclaims and swaps inside the cgroup). Not emulated: a Pi's "
