@@ -151,13 +151,17 @@ def cached_ok(fp32: Path, int8: Path, source_sha: str, camera: str, calibration_
     return True, ok8, sha32
 
 
-def _run_tool(cmd: list[str], what: str) -> float:
-    """Run a build step as its own process (its progress goes to our stderr); its wall time."""
+def _build(target: Path, args: list[str], what: str) -> dict[str, Any]:
+    """Run a build step (``python -m ...``) as its own process writing ``target`` through a temp file
+    (its progress goes to our stderr); the build's wall time."""
+    tmp = target.with_name(target.stem + ".partial.onnx")
+    cmd = [sys.executable, "-m", *args, "-o", str(tmp)]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, stdout=sys.stderr, stderr=sys.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"memory stage: {what} failed (exit {proc.returncode}): {' '.join(cmd[2:])}")
-    return time.monotonic() - t0
+    tmp.replace(target)
+    return {"reused": False, "build_s": time.monotonic() - t0}
 
 
 def build_models(plan: dict, say) -> dict[str, Any]:
@@ -175,24 +179,17 @@ def build_models(plan: dict, say) -> dict[str, Any]:
         say(f"memory stage: reusing {fp32} (built from {source.name}, sha256 {source_sha[:12]})")
     else:
         say(f"memory stage: widening {source.name} to a {plan['camera']} camera -> {fp32}")
-        tmp = fp32.with_name(fp32.stem + ".partial.onnx")
-        build_s = _run_tool([sys.executable, "-m", "policies.widen", str(source), "--camera", plan["camera"], "-o", str(tmp)],
-                            "policies.widen")
-        tmp.replace(fp32)
+        info["fp32"] = _build(fp32, ["policies.widen", str(source), "--camera", plan["camera"]], "policies.widen")
         sha32 = sha256_file(fp32)
-        info["fp32"] = {"reused": False, "build_s": build_s}
         ok8 = False
     if ok8:
         info["int8"] = {"reused": True, "build_s": None}
         say(f"memory stage: reusing {int8} (static int8 of {fp32.name}, sha256 {sha32[:12]})")
     else:
         say(f"memory stage: static int8 of {fp32.name}, calibrated on {plan['calibration_episodes']} episodes at {plan['camera']}")
-        tmp = int8.with_name(int8.stem + ".partial.onnx")
-        build_s = _run_tool([sys.executable, "-m", "quantize", "ptq", str(fp32), "--to", "int8", "-o", str(tmp),
-                             "--calibration-episodes", str(plan["calibration_episodes"]),
-                             "--heldout-episodes", str(plan["heldout_episodes"])], "quantize ptq")
-        tmp.replace(int8)
-        info["int8"] = {"reused": False, "build_s": build_s}
+        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8",
+                                     "--calibration-episodes", str(plan["calibration_episodes"]),
+                                     "--heldout-episodes", str(plan["heldout_episodes"])], "quantize ptq")
     m8 = read_onnx_metadata(int8)
     info["fp32"] |= {"path": str(fp32), "sha256": sha32, "bytes": fp32.stat().st_size}
     agreement = m8.get("airq.quant.heldout_agreement")
