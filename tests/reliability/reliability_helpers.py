@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,17 @@ def finish(process: subprocess.Popen, timeout_s: float) -> tuple[int, str, str]:
         out, err = process.communicate()
         raise AssertionError(f"hil.run did not finish in {timeout_s} s: {err[-2000:]}") from None
     return process.returncode, out, err
+
+
+@contextmanager
+def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """``with killed_on_exit(Popen(...)) as run:``: a failing test never leaves the process running
+    (Popen's own context manager would wait for it instead)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 def run_log(out_dir: Path) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import msgpack
 import numpy as np

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, run_log, wait_for_log
+from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, killed_on_exit, run_log, wait_for_log
 from reliability_helpers import finish as finish_within
 
 from firmware_bridge.protocol import sha256_hex
@@ -57,17 +57,13 @@ def finish(process: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def test_sigkill_bridge_mid_episode_fails_safe_and_recovers(policy: Path, tmp_path: Path) -> None:
-    run = paced_run(policy, tmp_path)
-    try:
+    with killed_on_exit(paced_run(policy, tmp_path)) as run:
         records = wait_for_log(tmp_path, lambda r: len(episodes(r)) >= 1 and events(r, "bridge_started"), 60, run)
         time.sleep(1.0)  # well inside episode 1 (3 s long)
         bridge_pid = events(records, "bridge_started")[0]["pid"]
         killed_at = time.monotonic()  # CLOCK_MONOTONIC: the same clock hil.run stamps its events with
         os.kill(bridge_pid, signal.SIGKILL)
         code, stdout, stderr = finish(run)
-    finally:
-        if run.poll() is None:
-            run.kill()
     assert code == 0, stderr[-3000:]
     records = run_log(tmp_path)
 
@@ -116,15 +112,11 @@ def test_interrupted_run_leaves_a_valid_log_and_resumes(policy: Path, tmp_path: 
     reference = uninterrupted_reference(policy, tmp_path / "reference")
     out = tmp_path / "interrupted"
     # A generous deadline: this test compares results, so no act may turn into a fail-safe.
-    run = paced_run(policy, out, "--deadline-ms", 5000, rate_hz=FAST_HZ)
-    try:
+    with killed_on_exit(paced_run(policy, out, "--deadline-ms", 5000, rate_hz=FAST_HZ)) as run:
         wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, run)
         time.sleep(0.2)  # mid-episode 1 (0.6 s long)
         run.send_signal(how)
         code, _, stderr = finish(run)
-    finally:
-        if run.poll() is None:
-            run.kill()
     if how == signal.SIGINT:
         assert code == 130 and f"--resume {out}" in stderr, stderr
     else:
@@ -150,14 +142,10 @@ def test_resume_refuses_a_changed_policy(policy: Path, tmp_path: Path) -> None:
     own = tmp_path / "own.onnx"
     own.write_bytes(policy.read_bytes())
     out = tmp_path / "run"
-    run = paced_run(own, out)
-    try:
+    with killed_on_exit(paced_run(own, out)) as run:
         wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, run)
         run.send_signal(signal.SIGINT)
         finish(run)
-    finally:
-        if run.poll() is None:
-            run.kill()
     own.write_bytes(build_mlp_policy(NAV_OBS_DIM, 32, seed=99))
     result = subprocess.run(hil_run_command("--resume", out), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "changed since the run started" in result.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fault_proxy import FaultProxy
 from netns_link import NetnsLink, netns_unavailable_reason
-from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, run_log, wait_for_log
+from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, killed_on_exit, run_log, wait_for_log
 from reliability_helpers import finish as finish_within
 
 from firmware_bridge.launcher import BridgeProcess
@@ -99,8 +99,8 @@ def test_run_completes_with_delay_jitter_and_loss(link: NetnsLink, bridge: Bridg
 def test_stall_and_cut_connection_recover(link: NetnsLink, bridge: BridgeProcess, policy: Path, tmp_path: Path) -> None:
     """A 1.5 s freeze, then every connection cut: outages are logged, the loop reconnects and finishes."""
     with FaultProxy(bridge_address(bridge), seed=2) as proxy:
-        run = start_run(policy, proxy, tmp_path, "--rate-hz", 10, "--episodes", 3, "--max-steps", 30, "--timeout", 0.5)
-        try:
+        args = ("--rate-hz", 10, "--episodes", 3, "--max-steps", 30, "--timeout", 0.5)
+        with killed_on_exit(start_run(policy, proxy, tmp_path, *args)) as run:
             wait_for_log(tmp_path, lambda r: len(episodes(r)) >= 1, 60, run)
             time.sleep(0.5)
             proxy.stall(1.5)
@@ -108,9 +108,6 @@ def test_stall_and_cut_connection_recover(link: NetnsLink, bridge: BridgeProcess
             time.sleep(0.3)
             assert proxy.cut_connections() >= 1
             code, stdout, stderr = finish(run)
-        finally:
-            if run.poll() is None:
-                run.kill()
     assert code == 0, stderr[-3000:]
     records = run_log(tmp_path)
     assert sorted(e["episode"] for e in episodes(records)) == [0, 1, 2]
