@@ -1,13 +1,22 @@
-"""Pi-like resource profiles for a local bridge process (configs/hil/profiles.toml)."""
+"""Pi-like resource profiles for a local bridge process (hil/profiles.toml).
+
+The profiles file is package data (it ships in the wheel); ``AIRQ_CONFIG_DIR=DIR`` reads
+``DIR/hil/profiles.toml`` instead.
+"""
 from __future__ import annotations
 
 import os
 import shutil
 import tomllib
 from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
-PROFILES_FILE = Path(os.environ.get("AIRQ_CONFIG_DIR", Path(__file__).resolve().parents[1] / "configs")) / "hil" / "profiles.toml"
+PROFILES_FILE: Traversable = (
+    Path(os.environ["AIRQ_CONFIG_DIR"]) / "hil" / "profiles.toml" if os.environ.get("AIRQ_CONFIG_DIR")
+    else files("hil") / "profiles.toml"
+)
 
 
 class ProfileError(ValueError):
@@ -56,7 +65,7 @@ class DeviceProfile:
         return ", ".join(parts) + "; not emulated: clock speed, caches, memory bandwidth, swap"
 
 
-def load_profiles(path: Path = PROFILES_FILE) -> dict[str, DeviceProfile]:
+def load_profiles(path: Path | Traversable = PROFILES_FILE) -> dict[str, DeviceProfile]:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:

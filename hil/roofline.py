@@ -15,7 +15,7 @@ fit in a cache stream from it, not from DRAM.
 one thread): streaming read bandwidth at the given working-set sizes and from DRAM, and the
 compute throughput of large-batch onnxruntime matrix products in fp32, fp16 and int8. hil.study
 runs it pinned like the bridge, checks the model against the measured inference times here and
-only then shows a prediction for a real Pi (configs/hil/profiles.toml, with cited figures).
+only then shows a prediction for a real Pi (hil/profiles.toml, with cited figures).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 The host flies the embedded simulator; every observation goes to the bridge (firmware_bridge) over
 ZeroMQ, the device's action comes back and is applied. With --sim-only the bridge is started here as
 a separate process with mock flight-controller hardware, optionally under a Pi-like resource profile
-(configs/hil/profiles.toml). Every policy meets the same seeded episodes, so results pair up.
+(hil/profiles.toml). Every policy meets the same seeded episodes, so results pair up.
 
 Every act has a deadline (--deadline-ms, default 80% of the control period); a miss flies the
 fail-safe (hover) for that step. Episodes go to OUT/run.jsonl (fsync'd) as they end, so an
@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
     where.add_argument("--sim-only", action="store_true", help="run the bridge here as a local process with mock hardware")
     p.add_argument("--port", type=int, default=5555)
-    p.add_argument("--profile", default="native", help="--sim-only resource profile (configs/hil/profiles.toml)")
+    p.add_argument("--profile", default="native", help="--sim-only resource profile (hil/profiles.toml)")
     p.add_argument("--threads", type=int, help="onnxruntime threads of the local bridge")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--level", default="default")

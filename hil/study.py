@@ -17,7 +17,7 @@ int8-dynamic; default: the 12 shipped models) and each level:
 3. roofline (hil.roofline): with --sim-only this machine's bandwidth and compute throughput are
    measured (pinned to one core like the bridge) and each model's predicted time is checked against
    its measured timing-pass p50; only where they agree within 2x is a prediction shown for the
-   real Pi boards of configs/hil/profiles.toml ("predicted on Pi (roofline)");
+   real Pi boards of hil/profiles.toml ("predicted on Pi (roofline)");
 4. memory (hil.study_memory; on with a sim-only profile that has a memory size, e.g. pi3b, off with
    --no-memory-study): Policy III widened to Air Learning's 144 x 256 depth image (615 MB fp32) and its
    static int8 (cached by sha256), flown by hil.memfit unconstrained and in memory cgroups at the
@@ -114,7 +114,7 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
     where.add_argument("--sim-only", action="store_true", help="run each bridge here as a local process with mock hardware")
     p.add_argument("--port", type=int, default=5555)
-    p.add_argument("--profile", help="--sim-only: resource profile (configs/hil/profiles.toml; default native); "
+    p.add_argument("--profile", help="--sim-only: resource profile (hil/profiles.toml; default native); "
                                      "--host: the board, for its roofline figures")
     p.add_argument("--models", nargs="+", metavar="FILE", help="ONNX models named GROUP_PRECISION.onnx "
                    f"(PRECISION: {', '.join(PRECISIONS)}); each group needs its fp32 (default: the 12 shipped models)")
@@ -608,7 +608,7 @@ def md_header(data: dict) -> str:
         lines += [f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "
                   f"process ({p.get('emulated')}). Every time below is this machine's, not a Raspberry Pi's; the only Pi "
                   "figures are the roofline predictions, labelled \"predicted on Pi (roofline)\", from published bandwidth "
-                  "and throughput figures (configs/hil/profiles.toml).", ""]
+                  "and throughput figures (hil/profiles.toml).", ""]
     else:
         lines += [f"Measured on the device at {a['host']}:{a['port']}: every time and memory figure is that device's.", ""]
     return "\n".join(lines)
@@ -715,7 +715,7 @@ def md_roofline(data: dict) -> str:
                    f"{_us(c['measured_s'] * 1e6) if c.get('measured_s') else '-'} | {_x(c.get('measured_over_predicted'))} | "
                    f"{'yes' if c.get('agrees') else 'no'} | " + " | ".join(preds) + " |")
     out.append("")
-    out += ["Pi figures and their sources (configs/hil/profiles.toml):", ""]
+    out += ["Pi figures and their sources (hil/profiles.toml):", ""]
     for name, p in load_profiles().items():
         if not p.has_roofline():
             continue

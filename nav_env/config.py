@@ -1,4 +1,7 @@
-"""Level configuration: typed dataclasses loaded from TOML files in ``configs/levels/``.
+"""Level configuration: typed dataclasses loaded from TOML files in ``nav_env/levels/``.
+
+The level files are package data (they ship in the wheel); ``AIRQ_CONFIG_DIR=DIR`` reads them from
+``DIR/levels/`` instead.
 
 Every key is validated: an unknown section or key, a wrong type, or a non-positive size raises
 :class:`ConfigError` with a one-line message naming the offending value.
@@ -10,11 +13,15 @@ import math
 import os
 import tomllib
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(os.environ.get("AIRQ_CONFIG_DIR", Path(__file__).resolve().parents[1] / "configs"))
-LEVEL_DIR = CONFIG_DIR / "levels"
+# Levels ship inside the package (package data); AIRQ_CONFIG_DIR=DIR overrides with DIR/levels/*.toml.
+LEVEL_DIR: Traversable = (
+    Path(os.environ["AIRQ_CONFIG_DIR"]) / "levels" if os.environ.get("AIRQ_CONFIG_DIR") else files("nav_env") / "levels"
+)
 
 
 class ConfigError(ValueError):
@@ -160,16 +167,18 @@ _SECTION_CLASSES = {
 
 
 def available_levels() -> list[str]:
-    return sorted(p.stem for p in LEVEL_DIR.glob("*.toml"))
+    if not LEVEL_DIR.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".toml") for p in LEVEL_DIR.iterdir() if p.name.endswith(".toml") and p.is_file())
 
 
 def load_level(level: str | os.PathLike = "default", overrides: dict[str, Any] | None = None) -> NavConfig:
-    """Load a level by name (``configs/levels/NAME.toml``) or by path, then apply dotted overrides.
+    """Load a level by name (``nav_env/levels/NAME.toml``) or by path, then apply dotted overrides.
 
     ``overrides`` maps ``"section.key"`` to a value, e.g. ``{"camera.width": 64}``.
     """
-    path = Path(level)
-    if path.suffix != ".toml":
+    path: Path | Traversable = Path(level)
+    if Path(level).suffix != ".toml":
         path = LEVEL_DIR / f"{level}.toml"
         if not path.is_file():
             raise ConfigError(f"unknown level {str(level)!r} (known: {', '.join(available_levels())})")
@@ -179,7 +188,7 @@ def load_level(level: str | os.PathLike = "default", overrides: dict[str, Any] |
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
-    name = data.pop("level", path.stem)
+    name = data.pop("level", Path(path.name).stem)
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:

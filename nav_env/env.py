@@ -19,7 +19,7 @@ class NavEnv(gym.Env):
     A multirotor flies at a held altitude in a walled arena (default 30 x 30 m, ceiling 10 m) from a
     random start to a goal point, seeing a forward depth camera. Obstacles are vertical prisms from
     floor to ceiling: cylinders ("columns") and axis-aligned boxes; the ``hard`` level adds moving
-    cylinders and a noisy camera. Levels live in ``configs/levels/*.toml``.
+    cylinders and a noisy camera. Levels live in ``nav_env/levels/*.toml``.
 
     ## Action space
     ``Discrete(25)`` (``task.action_type = "discrete"``), body-frame velocity / yaw-rate setpoints:
