@@ -11,9 +11,11 @@ Two details the formula leaves open, decided here and documented in docs/quantiz
 
 * The code is clipped to [0, 2^n - 1]. Without the clip, W = max(W) maps to floor(max/delta) + z, which
   reaches 2^n (n+1 bits) whenever the range splits into whole steps (e.g. W in [0, 1]).
-* ``rounding="floor"`` is the paper's formula (used for weights). ``rounding="nearest"`` is what the
-  seed's public code (np.rint), TF/torch fake-quant ops and ONNX QuantizeLinear do; it is used for
-  activations, so the n = 8 QDQ export computes exactly what QAT trained.
+* ``rounding="floor"`` is the paper's formula, this module's default (the formula as printed).
+  ``rounding="nearest"`` is what the seed's public code (np.rint), TF/torch fake-quant ops and ONNX
+  QuantizeLinear do; it is used for activations, so the n = 8 QDQ export computes exactly what QAT
+  trained, and it is the weight rounding of ``quantize qat`` and ``quantize sweep`` by default (the
+  floor collapses below 8 bits; it stays available as ``--rounding floor`` / ``ptq-floor``, ``qat-floor``).
 
 A constant-zero tensor has delta = 0: it quantizes to itself.
 """

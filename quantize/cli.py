@@ -26,6 +26,12 @@ def _bits(text: str) -> int:
     return check_bits(value)
 
 
+def _method(text: str) -> str:
+    from quantize.sweep import check_method
+
+    return check_method(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m quantize", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -89,15 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--learning-rate", type=float, default=1e-4)
     t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--rounding", choices=("floor", "nearest"), default="floor",
-                   help="weight rounding: floor (the paper's formula) or nearest (the seed's code)")
+    t.add_argument("--rounding", choices=("nearest", "floor"), default="nearest",
+                   help="weight rounding: nearest (default, the seed's code) or floor (the paper's formula as printed)")
     t.add_argument("--bias-correction", action="store_true",
                    help="at the end of the delay add (W - W_hat) E[x] to each bias (cancels the floor's shift)")
 
     s = sub.add_parser("sweep", help="success rate per bit width x method (the seed's Figure 1)")
     s.add_argument("run_dir")
     s.add_argument("--bits", type=_bits, nargs="+", default=[8, 7, 6, 5, 4, 3, 2])
-    s.add_argument("--methods", nargs="+", choices=("ptq", "ptq-nearest", "ptq-weights", "ptq-bc", "qat", "qat-nearest", "qat-bc"), default=["ptq", "qat"])
+    s.add_argument("--methods", nargs="+", type=_method, default=["ptq", "qat"], metavar="METHOD",
+                   help="plain names round weights to nearest; -floor the seed's formula: ptq ptq-floor ptq-weights "
+                        "ptq-weights-floor ptq-floor-bc qat qat-floor qat-floor-bc (default: ptq qat)")
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--level", default=None)

@@ -8,12 +8,13 @@ Quantization points, as in the seed: every Linear's weights, the observation ent
 layer and each hidden ReLU output. The logits are not quantized (see quantize.ptq). All rounding goes
 through ``torch.fake_quantize_per_tensor_affine``, whose straight-through gradient QAT needs:
 
-* weights, ``rounding="floor"`` (the paper's formula): floor(W / delta) = round(W / delta - 1/2), so
-  the op is applied to W - delta/2 (the two differ only when W / delta is exactly an integer inside
-  the range, where round-half-even may pick the lower code; measure zero for trained float weights).
-  ``rounding="nearest"`` is the seed's public code (np.rint). The floor biases every weight by
-  -delta/2 on average; over 1032 inputs that shifts each first-layer pre-activation by about
-  -delta/2 * sum(obs), which is why PTQ with the printed formula loses far more than the seed's code.
+* weights, ``rounding="nearest"`` (the default here and in ``quantize qat`` / ``quantize sweep``): the
+  seed's public code (np.rint). ``rounding="floor"`` is the paper's formula as printed:
+  floor(W / delta) = round(W / delta - 1/2), so the op is applied to W - delta/2 (the two differ only
+  when W / delta is exactly an integer inside the range, where round-half-even may pick the lower
+  code; measure zero for trained float weights). The floor biases every weight by -delta/2 on average;
+  over 1032 inputs that shifts each first-layer pre-activation by about -delta/2 * sum(obs), which is
+  why PTQ with the printed formula loses far more than the seed's code.
 * activations round to nearest (what QuantizeLinear does on the device), with delta and z from the
   seed's formula applied to the monitored range.
 """
@@ -32,7 +33,7 @@ def weight_params(w: torch.Tensor, bits: int) -> AffineParams:
     return affine_params_from_range(float(w.min()), float(w.max()), bits)
 
 
-def fake_quant_weight(w: torch.Tensor, bits: int, rounding: Rounding = "floor") -> torch.Tensor:
+def fake_quant_weight(w: torch.Tensor, bits: int, rounding: Rounding = "nearest") -> torch.Tensor:
     p = weight_params(w, bits)
     if p.delta == 0.0:
         return w
@@ -79,7 +80,7 @@ class QuantLinear(nn.Module):
     """An existing nn.Linear (same Parameter objects, so an optimizer holding them keeps working)
     whose weights are fake-quantized when ``enabled``. Biases stay float (int32 in the export)."""
 
-    def __init__(self, linear: nn.Linear, bits: int, rounding: Rounding = "floor"):
+    def __init__(self, linear: nn.Linear, bits: int, rounding: Rounding = "nearest"):
         super().__init__()
         self.linear, self.bits, self.enabled, self.rounding = linear, check_bits(bits), False, rounding
 
@@ -91,7 +92,7 @@ class QuantLinear(nn.Module):
 class QuantBody(nn.Module):
     """obs -> [actq] -> (QuantLinear -> ReLU -> actq) x hidden: drop-in for SB3's policy_net."""
 
-    def __init__(self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "floor"):
+    def __init__(self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"):
         super().__init__()
         layers = list(body)
         if not layers or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers):
@@ -117,7 +118,7 @@ class FakeQuantActor(nn.Module):
     """(action, logits) like policies.actor.DiscreteActor, with n-bit fake quantization."""
 
     def __init__(self, body: nn.Module, head: nn.Linear, obs_dim: int, bits: int, quantize_activations: bool = True,
-                 rounding: Rounding = "floor"):
+                 rounding: Rounding = "nearest"):
         super().__init__()
         self.bits, self.obs_dim, self.rounding = check_bits(bits), obs_dim, rounding
         self.body = body if isinstance(body, QuantBody) else QuantBody(body, bits, quantize_activations, rounding)
@@ -125,7 +126,7 @@ class FakeQuantActor(nn.Module):
 
     @classmethod
     def from_actor(cls, actor: nn.Module, bits: int, quantize_activations: bool = True,
-                   rounding: Rounding = "floor") -> "FakeQuantActor":
+                   rounding: Rounding = "nearest") -> "FakeQuantActor":
         """A copy of a DiscreteActor (body Sequential + head Linear) with quantizers inserted."""
         a = copy.deepcopy(actor)
         first = next(m for m in a.body.modules() if isinstance(m, nn.Linear))

@@ -1,5 +1,9 @@
 """Quantization-aware training of a policies.train run's actor (the seed's Algorithm 2), with SB3 PPO.
 
+Weights round to nearest by default (the seed's public code); ``rounding="floor"`` (``quantize qat
+--rounding floor``) is the paper's formula as printed, which drives Policy I to ~1.5% success below
+8 bits (docs/quantize.md). The rounding used is recorded in qat.json and the int8 file's metadata.
+
 1. Load the run's best checkpoint (PPO/A2C) and wrap its actor in place: the policy_net Linears and
    action_net get n-bit weight fake-quant, the observation and each hidden ReLU output get activation
    fake-quant (quantize.fakequant). The wrappers reuse the same Parameter objects, so SB3's optimizer
@@ -24,7 +28,7 @@ import numpy as np
 import torch
 
 from quantize.errors import QuantizeError
-from quantize.fakequant import FakeQuantActor, QuantBody, QuantLinear, correct_biases, freeze_and_quantize
+from quantize.fakequant import FakeQuantActor, QuantBody, QuantLinear, correct_biases, freeze_and_quantize, quant_linears
 
 QAT_SEED_OFFSET = 900_000  # training seeds: TRAIN_SEED_BASE + run seed * 1M + 900k + bits * 1000
 
@@ -52,7 +56,7 @@ def _load(run_dir: str | Path):
 
 
 def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 300_000, learning_rate: float = 1e-4,
-              seed: int = 0, threads: int = 2, rounding: str = "floor", progress: bool = True,
+              seed: int = 0, threads: int = 2, rounding: str = "nearest", progress: bool = True,
               bias_correction: bool = False) -> QatResult:
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -60,6 +64,8 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
     from policies.config import TRAIN_SEED_BASE, replace
     from policies.vec_adapter import NavSB3VecEnv
 
+    if rounding not in ("nearest", "floor"):
+        raise QuantizeError(f"rounding must be 'nearest' or 'floor', got {rounding!r}")
     if steps < 1 or delay < 0 or delay >= steps:
         raise QuantizeError(f"need 0 <= --delay < --steps, got delay {delay}, steps {steps}")
     torch.set_num_threads(threads)
@@ -105,6 +111,14 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
     return QatResult(actor, float_actor, cfg, ckpt, bits, delay, steps, time.perf_counter() - t0, state["froze_at"])
 
 
+def weight_rounding(actor: torch.nn.Module) -> str:
+    """The rounding every weight quantizer of a fake-quant actor applies (what it really trained with)."""
+    found = {lin.rounding for lin in quant_linears(actor)}
+    if len(found) != 1:
+        raise RuntimeError(f"expected one weight rounding in the actor, found {sorted(found)}")
+    return found.pop()
+
+
 def source_metadata(run_dir: str | Path) -> dict[str, str]:
     """The airq.* metadata policies.export writes for this run (exported to a temp file, no eval)."""
     import tempfile
@@ -134,6 +148,7 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
         QUANT_PREFIX + "method": f"QAT (seed Algorithm 2): {result.bits}-bit affine fake-quant of weights ({result.actor.rounding}) "
                                  f"and activations (nearest), min/max ranges frozen after the delay; int8 QDQ",
         QUANT_PREFIX + "bits": str(result.bits),
+        QUANT_PREFIX + "weight_rounding": weight_rounding(result.actor),
         QUANT_PREFIX + "source_checkpoint": str(result.checkpoint),
         QUANT_PREFIX + "source_sha256": hashlib.sha256(result.checkpoint.read_bytes()).hexdigest(),
         QUANT_PREFIX + "qat_delay_steps": str(result.delay),
@@ -160,8 +175,7 @@ def run_qat_cli(args) -> dict:
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     run_dir = Path(args.run_dir)
-    out = Path(args.out or run_dir / f"qat_{args.bits}bit{'' if args.rounding == 'floor' else '_' + args.rounding}"
-                                     f"{'_bc' if args.bias_correction else ''}")
+    out = Path(args.out or run_dir / f"qat_{args.bits}bit_{args.rounding}{'_bc' if args.bias_correction else ''}")
     res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding,
                     bias_correction=args.bias_correction)
     cfg = load_level(res.run_cfg.level)
@@ -170,7 +184,7 @@ def run_qat_cli(args) -> dict:
     q = evaluate_actor(res.actor, cfg, args.episodes, 0)
     cmp = compare(ref, q)
     fp = compare(ref, ref)
-    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": args.rounding, "bias_correction": args.bias_correction, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
+    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": weight_rounding(res.actor), "bias_correction": args.bias_correction, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
               "wall_s": round(res.wall_s, 1), "episodes": args.episodes, "eval_seed": 0, "level": res.run_cfg.level,
               "fp32_success_rate": fp["success_rate"], "qat": cmp}
     out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +197,7 @@ def run_qat_cli(args) -> dict:
         report["onnx_agreement_vs_torch"] = onnx_agreement(path, res.actor, cfg)
     write_atomic(out / "qat.json", json.dumps(report, indent=1).encode())
     d = cmp["paired_diff"]
-    print(f"{out}: QAT {res.bits}-bit success {cmp['success_rate']:.1%} vs fp32 {fp['success_rate']:.1%} "
+    print(f"{out}: QAT {res.bits}-bit ({args.rounding} weights) success {cmp['success_rate']:.1%} vs fp32 {fp['success_rate']:.1%} "
           f"(paired diff {d['diff']:+.1%} [{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g}) "
           f"over {args.episodes} episodes; {res.wall_s / 60:.1f} min")
     return report

@@ -1,27 +1,71 @@
 """``python -m quantize sweep RUN_DIR``: success rate per bit width x method, like the seed's Figure 1.
 
-Methods (all with the seed's n-bit affine quantizer, per-tensor, logits not quantized):
-  ptq          weights (paper formula, floor) + activations with ranges calibrated on the policy's rollouts
-  ptq-nearest  the same, weights rounded to nearest (the seed's public code, np.rint)
-  ptq-weights  weights only, floor (the seed's PTQ quantized weights only)
-  qat          QAT (quantize.qat): fine-tune with fake-quant weights (floor) + activations
-  qat-nearest  the same, weights rounded to nearest
-  ptq-bc, qat-bc  ptq / qat (floor) with bias correction at the freeze (quantize.fakequant.correct_biases)
-Every method and the fp32 actor play the same seeded episodes (seed + j), so each cell also gets a
-paired difference to fp32 (McNemar). Cells are cached in OUT/cells/, so an interrupted sweep resumes.
+Methods (all with the seed's n-bit affine quantizer, per-tensor, logits not quantized). A plain name
+rounds weights to nearest (the seed's public code, np.rint); ``-floor`` is the paper's formula as printed
+(floor(W / delta) + z), which collapses below 8 bits (docs/quantize.md):
+  ptq                weights + activations with ranges calibrated on the policy's rollouts
+  ptq-floor          the same, weights with the floor formula
+  ptq-weights        weights only (the seed's PTQ quantized weights only)
+  ptq-weights-floor  weights only, floor
+  ptq-floor-bc       ptq-floor with bias correction at the freeze (quantize.fakequant.correct_biases)
+  qat                QAT (quantize.qat): fine-tune with fake-quant weights + activations
+  qat-floor          the same, weights with the floor formula
+  qat-floor-bc       qat-floor with bias correction at the freeze
+Activations always round to nearest. The names before issue 13 (ptq / qat meant floor) are renamed:
+ptq-nearest, qat-nearest, ptq-bc and qat-bc are refused with a one-line error naming the new name
+(RENAMED), so an old command never silently measures another quantizer. Every method and the fp32
+actor play the same seeded episodes (seed + j), so each cell also gets a paired difference to fp32
+(McNemar). Cells are cached in OUT/cells/ under the method and its weight rounding, so an interrupted
+sweep resumes and a cell cached under an old name's meaning is never reused.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from nav_env.render import figure_png
+from quantize.affine import Rounding
 from quantize.errors import QuantizeError
 
-METHODS = ("ptq", "ptq-nearest", "ptq-weights", "ptq-bc", "qat", "qat-nearest", "qat-bc")
+
+@dataclass(frozen=True)
+class Method:
+    """What a sweep method name means."""
+
+    qat: bool
+    rounding: Rounding  # weights; activations always round to nearest
+    activations: bool = True
+    bias_correction: bool = False
+
+
+METHOD_SPECS: dict[str, Method] = {
+    "ptq": Method(False, "nearest"),
+    "ptq-floor": Method(False, "floor"),
+    "ptq-weights": Method(False, "nearest", activations=False),
+    "ptq-weights-floor": Method(False, "floor", activations=False),
+    "ptq-floor-bc": Method(False, "floor", bias_correction=True),
+    "qat": Method(True, "nearest"),
+    "qat-floor": Method(True, "floor"),
+    "qat-floor-bc": Method(True, "floor", bias_correction=True),
+}
+METHODS = tuple(METHOD_SPECS)
+DEFAULT_METHODS = ("ptq", "qat")
+# names used before the default became rounding to nearest -> their new name
+RENAMED = {"ptq-nearest": "ptq", "qat-nearest": "qat", "ptq-bc": "ptq-floor-bc", "qat-bc": "qat-floor-bc"}
+
+
+def check_method(name: str) -> str:
+    """A known method name, or a one-line QuantizeError (naming the new name for a renamed one)."""
+    if name in METHOD_SPECS:
+        return name
+    if name in RENAMED:
+        raise QuantizeError(f"sweep method {name!r} was renamed: use {RENAMED[name]!r} (plain ptq/qat now round weights "
+                            f"to nearest; the seed's floor formula is ptq-floor/qat-floor)")
+    raise QuantizeError(f"unknown sweep method {name!r} (known: {', '.join(METHODS)})")
 
 
 def _cell_path(out: Path, method: str, bits: int) -> Path:
@@ -41,9 +85,8 @@ def run_sweep(args) -> Path:
 
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise QuantizeError(f"unknown method(s) {unknown} (known: {', '.join(METHODS)})")
+    for m in args.methods:
+        check_method(m)
     torch.set_num_threads(1)
     run_dir = Path(args.run_dir)
     run_cfg, model, ckpt = load_run(run_dir, "best")
@@ -65,8 +108,9 @@ def run_sweep(args) -> Path:
     for bits in args.bits:
         for method in args.methods:
             path = _cell_path(out, method, bits)
-            cell_params = params | {"method": method, "bits": bits}
-            if method.startswith("qat"):
+            spec = METHOD_SPECS[method]
+            cell_params = params | {"method": method, "bits": bits, "rounding": spec.rounding}
+            if spec.qat:
                 cell_params |= {"qat_steps": args.qat_steps, "qat_delay": args.qat_delay}
             if path.is_file():
                 cached = json.loads(path.read_text())
@@ -74,18 +118,16 @@ def run_sweep(args) -> Path:
                     cells[(method, bits)] = cached
                     print(f"{method} {bits}-bit: cached {cached['success_rate']:.1%}", flush=True)
                     continue
-            if method.startswith("qat"):
-                rounding = "nearest" if method == "qat-nearest" else "floor"
-                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2, rounding=rounding,
-                                bias_correction=method == "qat-bc")
+            if spec.qat:
+                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2,
+                                rounding=spec.rounding, bias_correction=spec.bias_correction)
                 torch.set_num_threads(1)
                 q_actor = res.actor
             else:
                 if calib is None:
                     calib = torch.as_tensor(collect_observations(torch_policy(actor), cfg, 20, CALIBRATION_SEED, 20_000))
-                q_actor = FakeQuantActor.from_actor(actor, bits, quantize_activations=method != "ptq-weights",
-                                                    rounding="nearest" if method == "ptq-nearest" else "floor")
-                calibrate(q_actor, calib, bias_correction=method == "ptq-bc")
+                q_actor = FakeQuantActor.from_actor(actor, bits, quantize_activations=spec.activations, rounding=spec.rounding)
+                calibrate(q_actor, calib, bias_correction=spec.bias_correction)
             results = evaluate_actor(q_actor, cfg, args.episodes, args.seed)
             # the per-episode outcomes let any two cells be paired later (e.g. QAT vs PTQ at one width)
             cell = compare(ref, results) | {"params": cell_params, "success": success_vector(results).astype(int).tolist()}
@@ -110,7 +152,7 @@ def qat_vs_ptq(cells: dict, bits: list[int]) -> str:
 
     lines = []
     for b in bits:
-        for qat, ptq in (("qat", "ptq"), ("qat-nearest", "ptq-nearest"), ("qat-bc", "ptq-bc")):
+        for qat, ptq in (("qat", "ptq"), ("qat-floor", "ptq-floor"), ("qat-floor-bc", "ptq-floor-bc")):
             q, p = cells.get((qat, b)), cells.get((ptq, b))
             if not q or not p or "success" not in q or "success" not in p:
                 continue

@@ -10,7 +10,7 @@ import onnx
 import pytest
 import torch
 
-from quantize.fakequant import FakeQuantActor, activation_quants, calibrate, fake_quant_weight
+from quantize.fakequant import FakeQuantActor, activation_quants, calibrate, fake_quant_weight, quant_linears
 from quantize.affine import fake_quantize
 
 
@@ -50,6 +50,9 @@ def test_qat_trains_and_exports_int8(tiny_run, tmp_path, capsys):
     assert model.ir_version <= 10
     meta = {p.key: p.value for p in model.metadata_props}
     assert meta["airq.precision"] == "int8" and meta["airq.quant.bits"] == "8"
+    # the default weight rounding is nearest, and the file and qat.json say so
+    assert report["rounding"] == "nearest" and meta["airq.quant.weight_rounding"] == "nearest"
+    assert "(nearest)" in meta["airq.quant.method"]
     assert meta["airq.quant.source_sha256"] and "QAT" in meta["airq.quant.method"]
     assert meta["airq.obs_dim"] == "1032" and meta["airq.action_space"] == "discrete:25"
     sess = session(path.read_bytes())
@@ -57,6 +60,7 @@ def test_qat_trains_and_exports_int8(tiny_run, tmp_path, capsys):
     assert action.shape == (3,) and logits.shape == (3, 25)
     actor = torch.load(out / "actor_fakequant.pt", weights_only=False)
     assert all(q.frozen for q in activation_quants(actor))
+    assert {lin.rounding for lin in quant_linears(actor)} == {"nearest"}
 
 
 def test_qat_below_8_bits_has_no_onnx(tiny_run, tmp_path, capsys):
@@ -67,6 +71,20 @@ def test_qat_below_8_bits_has_no_onnx(tiny_run, tmp_path, capsys):
     assert run_cli(main, ["qat", str(tiny_run), "--bits", "4", "--delay", "0", "--steps", "2048", "--episodes", "2",
                           "--threads", "1", "--out", str(out)]) == 0
     assert (out / "qat.json").is_file() and not (out / "policy_qat_int8.onnx").exists()
+    assert json.loads((out / "qat.json").read_text())["rounding"] == "nearest"
+    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {"nearest"}
+
+
+def test_qat_floor_by_name_and_default_out_dir(tiny_run, capsys):
+    from quantize.cli import main
+    from quantize.errors import run_cli
+
+    assert run_cli(main, ["qat", str(tiny_run), "--bits", "4", "--rounding", "floor", "--delay", "0", "--steps", "2048",
+                          "--episodes", "2", "--threads", "1"]) == 0
+    out = tiny_run / "qat_4bit_floor"  # the default folder names the rounding
+    assert json.loads((out / "qat.json").read_text())["rounding"] == "floor"
+    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {"floor"}
+    assert "(floor weights)" in capsys.readouterr().out
 
 
 def test_qat_rejects_bad_delay(tiny_run, capsys):
@@ -107,14 +125,16 @@ def test_sweep_writes_table_plot_and_caches_cells(tiny_run, tmp_path, capsys):
     from quantize.cli import main
     from quantize.errors import run_cli
 
-    argv = ["sweep", str(tiny_run), "--bits", "8", "3", "--methods", "ptq", "ptq-nearest", "--episodes", "4",
+    argv = ["sweep", str(tiny_run), "--bits", "8", "3", "--methods", "ptq", "ptq-floor", "--episodes", "4",
             "--out", str(tmp_path)]
     assert run_cli(main, argv) == 0
     table = (tmp_path / "sweep.md").read_text()
-    assert "| 8 " in table and "| 3 " in table and "ptq-nearest" in table
+    assert "| 8 " in table and "| 3 " in table and "ptq-floor" in table
     assert (tmp_path / "sweep.png").stat().st_size > 5_000
     cells = json.loads((tmp_path / "sweep.json").read_text())["cells"]
-    assert {(c["method"], c["bits"]) for c in cells} == {("ptq", 8), ("ptq", 3), ("ptq-nearest", 8), ("ptq-nearest", 3)}
+    assert {(c["method"], c["bits"]) for c in cells} == {("ptq", 8), ("ptq", 3), ("ptq-floor", 8), ("ptq-floor", 3)}
+    # plain ptq rounds weights to nearest, ptq-floor is the seed's formula; each cell records which
+    assert {(c["method"], c["params"]["rounding"]) for c in cells} == {("ptq", "nearest"), ("ptq-floor", "floor")}
     capsys.readouterr()
     assert run_cli(main, argv) == 0
     assert capsys.readouterr().out.count("cached") == 4
@@ -139,7 +159,7 @@ def test_bias_correction_cancels_the_floor_shift(bc_actor):
         _, ref = bc_actor(obs)
         errors = {}
         for bc in (False, True):
-            actor = FakeQuantActor.from_actor(bc_actor, 6)
+            actor = FakeQuantActor.from_actor(bc_actor, 6, rounding="floor")
             calibrate(actor, obs, bias_correction=bc)
             _, logits = actor(obs)
             errors[bc] = float((logits - ref).mean(0).abs().mean())
