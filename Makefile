@@ -3,19 +3,49 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.airq-installed
+# The locked install: every package at the version CI tested (requirements/lock.py; refresh with `make lock`).
+LOCK := requirements/lock.txt
+# PyTorch's CPU wheel index. PyPI's torch==2.13.0 for Linux x86 is the CUDA build (several GB of nvidia-* packages);
+# the CPU build (2.13.0+cpu) is on this index. TORCH_INDEX= (empty) skips it.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test bench clean study
+.PHONY: demo test bench clean study lock
 
-$(STAMP): pyproject.toml
+# torch first, from the CPU index when it answers within 5 s; otherwise from pip's configured index (on an
+# ordinary Linux x86 machine that is the CUDA build; a machine whose pip config points at a folder of CPU wheels
+# gets the CPU build from there). --no-deps: its dependencies come with the locked install below.
+define install_torch
+	if [ -n "$(TORCH_INDEX)" ] && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
+	  $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) $(1) 'torch==2.13.0'; \
+	else \
+	  echo "note: $(TORCH_INDEX) not reachable: torch comes from pip's configured index (the CUDA build on PyPI for Linux x86; README: Install)"; \
+	fi
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to 2.13.0 (CPU build); the pin in pyproject keeps pip from pulling CUDA wheels.
+	$(PY) -m pip install -q -c $(LOCK) --upgrade pip
+	$(call install_torch,-c $(LOCK))
 	# compat mode: the repo root goes on sys.path, so packages added later import without a reinstall
-	$(PY) -m pip install -q -e '.[host,dev,airsim]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -c $(LOCK) -e '.[host,dev,airsim]' --config-settings editable_mode=compat
 	# Microsoft's AirSim client too, so the backend is tested against both clients; --no-deps keeps its
 	# msgpack-rpc-python from replacing msgpack 1.x (docs/airsim.md)
-	$(PY) -m pip install -q setuptools rpc-msgpack
+	$(PY) -m pip install -q -c $(LOCK) setuptools rpc-msgpack
+	$(PY) -m pip install -q -c $(LOCK) --no-build-isolation --no-deps airsim==1.8.1
+	touch $(STAMP)
+
+# Refresh the lock: upgrade $(VENV) to the newest releases pyproject.toml allows (no lock), then write what is
+# installed into $(LOCK). Run `make test` and `make test-arm` before committing it. `make lock VENV=/tmp/lockvenv`
+# does it in a fresh venv and leaves .venv alone.
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools
+	$(call install_torch,--upgrade)
+	$(PY) -m pip install -q --upgrade --upgrade-strategy eager -e '.[host,dev,airsim]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --upgrade rpc-msgpack
 	$(PY) -m pip install -q --no-build-isolation --no-deps airsim==1.8.1
+	$(PY) requirements/lock.py write
+	$(PY) requirements/lock.py check
 	touch $(STAMP)
 
 # The main job: Policy I fp32 vs int8 in the closed loop, bridge as a local process with mock hardware.

@@ -48,6 +48,36 @@ def total_ram_bytes() -> int | None:
     return None
 
 
+# The packages whose versions a result depends on (distribution names), in report order after airq and python.
+KEY_PACKAGES = ("numpy", "onnxruntime", "onnx", "torch", "stable-baselines3", "gymnasium", "pyzmq", "msgpack")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the project's key packages: airq itself, python, then KEY_PACKAGES.
+
+    Read from the installed distributions' metadata (importlib.metadata), so nothing heavy is
+    imported; packages that are not installed (torch on a Pi, airq where only the bridge was
+    copied) are omitted.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {}
+    for name in ("airq", "python", *KEY_PACKAGES):
+        if name == "python":
+            out[name] = platform.python_version()
+            continue
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def format_versions(versions: dict[str, str]) -> str:
+    """'airq 0.1.0, python 3.11.7, numpy 2.4.6, ...': one line for reports and cards."""
+    return ", ".join(f"{name} {v}" for name, v in versions.items())
+
+
 def device_info(bridge_version: str) -> dict[str, Any]:
     import msgpack
     import numpy

@@ -12,8 +12,8 @@ What it builds, cached in ``.cache/arm/`` of the repo (``AIRQ_ARM_CACHE`` overri
   packages unpacked with ``dpkg-deb``; ``proc/cpuinfo`` is a plain file describing a Cortex-A72,
   because onnxruntime's CPU probe crashes on the x86 host's cpuinfo that qemu passes through.
 * ``site-<hash>/``: the bridge's four dependencies as the aarch64 wheels from PyPI
-  (manylinux_2_28_aarch64, cp311), pinned to the versions installed on this host so the native
-  and the emulated bridge run the same releases.
+  (manylinux_2_28_aarch64, cp311), pinned to the versions of the lock file (requirements/lock.txt,
+  which `make` installs on this host too) so the native and the emulated bridge run the same releases.
 
 The bridge then runs as ``qemu-aarch64-static -L rootfs -cpu cortex-a72 rootfs/usr/bin/python3.11``.
 The CPU model is always pinned: under qemu 7.2's default model (``max``: SVE, i8mm) onnxruntime's
@@ -61,6 +61,7 @@ BRIDGE_DEPS = ("numpy", "onnxruntime", "pyzmq", "msgpack")  # exactly the bridge
 RECIPE_VERSION = 1  # bump when the way rootfs/ is built changes: caches rebuild
 APT_HINT = "apt-get install -y qemu-user-static debootstrap"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"  # the locked install (Makefile): the guest's wheels use its versions
 SBIN_DIRS = ("/usr/sbin", "/sbin")  # debootstrap lives here; not on a normal user's PATH
 
 
@@ -231,14 +232,33 @@ def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
 # ---------------------------------------------------------------------------------------------- wheels
 
 
+def locked_versions(path: Path = LOCK_FILE) -> dict[str, str]:
+    """{name: version} of the lock file's `name==version` lines ({} without the file, e.g. a wheel install)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for raw in text.splitlines():
+        name, sep, version = raw.split("#", 1)[0].strip().partition("==")
+        if sep:
+            out[re.sub(r"[-_.]+", "-", name.strip()).lower()] = version.strip()
+    return out
+
+
 def wheel_requirements() -> list[str]:
-    """The bridge's dependencies pinned to this host's versions (unpinned where not installed)."""
+    """The bridge's dependencies pinned to the lock's versions (requirements/lock.txt, what `make` installs
+    here too), else to this host's installed versions, else unpinned."""
     from importlib.metadata import PackageNotFoundError, version
 
+    locked = locked_versions()
     reqs = []
     for name in BRIDGE_DEPS:
+        if name in locked:
+            reqs.append(f"{name}=={locked[name]}")
+            continue
         try:
-            reqs.append(f"{name}=={version(name)}")
+            reqs.append(f"{name}=={version(name).split('+', 1)[0]}")
         except PackageNotFoundError:
             reqs.append(name)
     return reqs

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.protocol import sha256_hex
@@ -267,6 +268,7 @@ def run(args: RunArgs) -> int:
         "obs_dim": cfg.obs_dim,
         "deadline_ms": deadline_s * 1e3,
         "run_log": str(log_path),
+        "host_versions": package_versions(),  # this side's packages; the device's are in device.device
         "device": None,
         "runs": [],
         "comparisons": [],
@@ -342,7 +344,8 @@ def _header(report: dict) -> str:
     where = report["mode"] + (f", profile {report['profile']['name']}: {report['profile']['emulated']}" if report["profile"] else "")
     return (f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
             f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
-            f"episodes from seed {report['args']['seed']}, " + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running"))
+            f"episodes from seed {report['args']['seed']}, " + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running")
+            + f"\nhost versions: {format_versions(report.get('host_versions') or {})}")
 
 
 _bar = None

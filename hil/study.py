@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil import roofline, study_memory
 from hil.client import BridgeClient, BridgeError
@@ -220,6 +221,7 @@ class Study:
             "mode": "sim-only" if args.sim_only else f"device {args.host}:{args.port}",
             "profile": (asdict(profile) | {"emulated": profile.emulated()}) if profile else None,
             "device": None,
+            "host_versions": package_versions(),  # this side's packages (this session's); the device's: device.device
             "complete": False,
             "cells": {},  # "level/group" -> hil.run report (trimmed)
             "timing": {},  # group -> timing pass
@@ -288,7 +290,8 @@ class Study:
         self.save()
         self.data["complete"] = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
-            self.data["sessions"].append({"date": self.session_date, "wall_s": time.monotonic() - self.started})
+            self.data["sessions"].append({"date": self.session_date, "wall_s": time.monotonic() - self.started,
+                                          "host_versions": self.data["host_versions"]})
         self.data["date"] = self.data["sessions"][0]["date"] if self.data["sessions"] else self.session_date
         self.data["wall_s"] = sum(x["wall_s"] for x in self.data["sessions"])
         self.save()
@@ -603,6 +606,10 @@ def md_header(data: dict) -> str:
              f"{a['seed']}-{a['seed'] + a['episodes'] - 1}), levels {', '.join(a['levels'])}; every precision flies the same episodes."
              + (f" Wall time {data['wall_s'] / 60:.1f} min" + (f" over {len(data['sessions'])} sessions (resumed)." if len(data["sessions"]) > 1 else ".")
                 if data.get("wall_s") else ""), ""]
+    if data.get("host_versions"):
+        lines += [f"Host versions: {format_versions(data['host_versions'])}."]
+        earlier = [x for x in data.get("sessions") or [] if x.get("host_versions") not in (None, data["host_versions"])]
+        lines += [f"An earlier session ({x['date']}) ran with: {format_versions(x['host_versions'])}." for x in earlier] + [""]
     if a["sim_only"]:
         p = data.get("profile") or {}
         lines += [f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "

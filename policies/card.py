@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from firmware_bridge.device import format_versions, package_versions
 from nav_env.render import write_atomic
 from policies.errors import UserError, run_cli
 
@@ -52,6 +53,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "train_env_steps_per_s": metrics.get("env_steps_per_s"),
         "first_periodic_eval_at_or_above": first_hits,
         "machine": metrics.get("machine"),
+        "versions": package_versions(),  # installed when the card was written (evaluation); training's: machine
         "commands": commands,
         "config": metrics.get("config"),
         "evaluation": {"level": report["level"], "episodes": report["episodes"], "seed": report["seed"],
@@ -136,6 +138,7 @@ def to_markdown(card: dict) -> str:
     lines += [
         f"- machine: {m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')} with {m.get('torch_threads')} thread(s), "
         f"Python {m.get('python')}",
+        f"- versions installed when this card was written (after the evaluation): {format_versions(card.get('versions') or {})}",
         "",
         "## Commands",
         "```",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from firmware_bridge.device import format_versions, package_versions
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, load_policy
 
@@ -78,6 +79,7 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
         lines.append("")
     if command:
         lines += ["## Made with", "", "```", command, "```", ""]
+    lines += ["## Versions", "", f"Installed when this card was written: {format_versions(package_versions())}.", ""]
     return "\n".join(lines)
 
 

@@ -51,6 +51,13 @@ def test_sim_only_run_reports_consistent_figures(toy_policies, tmp_path):
     for name in ("latency_histogram.png", "memory_over_time.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert "speed-up" in r.stdout and "small.onnx" in r.stdout
+    # the versions it was measured with: this host's packages, and the device's from the bridge
+    import numpy, onnxruntime
+    host = report["host_versions"]
+    assert host["numpy"] == numpy.__version__ and host["onnxruntime"] == onnxruntime.__version__
+    assert {"airq", "python", "torch", "gymnasium", "pyzmq", "msgpack"} <= set(host)
+    assert report["device"]["device"]["onnxruntime_version"] == onnxruntime.__version__
+    assert f"onnxruntime {onnxruntime.__version__}" in r.stdout
 
 
 def test_paced_run_counts_deadline_misses(toy_policies, tmp_path):

@@ -97,6 +97,11 @@ def test_study_markdown_has_the_tables(finished):
     assert "## Targets (measured in this run)" in md
     data = json.loads((out / "study.json").read_text())
     assert f"{data['rows'][0]['successes']}/3" in md
+    # the versions it was measured with, in study.json and in study.md
+    import onnxruntime
+    assert data["host_versions"]["onnxruntime"] == onnxruntime.__version__ and "torch" in data["host_versions"]
+    assert data["sessions"][0]["host_versions"] == data["host_versions"]
+    assert f"Host versions: airq {data['host_versions']['airq']}, python" in md
 
 
 def test_study_rerun_continues_without_flying_again(finished, tiny_models):

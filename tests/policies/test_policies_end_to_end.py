@@ -74,3 +74,6 @@ def test_model_card_from_run_onnx_and_evaluation(tiny_run, tiny_onnx, tmp_path):
     assert "Wilson 95% CI" in text and "python -m policies.train ..." in text and "random" in text
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["evaluation"]["episodes"] == 4 and data["seed"] == 3 and data["machine"]["cores"] >= 1
+    import onnxruntime
+    assert data["versions"]["onnxruntime"] == onnxruntime.__version__ and "torch" in data["versions"]
+    assert f"onnxruntime {onnxruntime.__version__}" in text
