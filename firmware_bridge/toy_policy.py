@@ -36,7 +36,8 @@ def build_mlp_policy(
 
     ``action_output=False`` gives a discrete model whose only output is the
     float logits (the bridge then argmaxes). IR version 10 / opset 17 because
-    onnxruntime 1.31 refuses the onnx package's newer default IR version.
+    onnxruntime 1.31 and older refuse the onnx package's newer default IR version
+    (the locked 1.32.0 takes it; a Pi may run an older onnxruntime).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper

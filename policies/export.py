@@ -29,7 +29,7 @@ from policies.config import EVAL_SEED_BASE
 from policies.errors import UserError, run_cli
 
 OPSET = 17
-MAX_IR_VERSION = 10  # onnxruntime 1.31 rejects newer IRs than it knows
+MAX_IR_VERSION = 10  # onnxruntime <= 1.31 rejects newer IRs (the locked 1.32.0 takes them): older runtimes load it too
 
 
 def observation_layout(cfg) -> str:

@@ -42,7 +42,7 @@ from policies.errors import UserError, run_cli  # noqa: E402
 
 WIDEN_PREFIX = "airq.widen."
 ONNX_MAX_BYTES = 2**31 - 1  # protobuf's 2 GB limit for one serialized ONNX model
-MAX_IR_VERSION = 10  # onnxruntime 1.31 refuses newer IR versions
+MAX_IR_VERSION = 10  # onnxruntime <= 1.31 refuses newer IR versions (the locked 1.32.0 takes them)
 
 
 def area_matrix(n_out: int, n_in: int) -> np.ndarray:

@@ -16,7 +16,8 @@ import onnx
 
 from quantize.errors import QuantizeError
 
-# onnxruntime 1.31 refuses IR versions above 10; the onnx package writes newer ones by default.
+# onnxruntime 1.31 and older refuse IR versions above 10 (the locked 1.32.0 takes them); the onnx package
+# writes newer ones by default, so files are capped at 10 and load on older runtimes (a Pi's) too.
 MAX_IR_VERSION = 10
 QUANT_PREFIX = "airq.quant."
 

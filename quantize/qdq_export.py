@@ -90,6 +90,6 @@ def qdq_bytes_and_scales(actor: FakeQuantActor) -> tuple[onnx.ModelProto, dict]:
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="airq.quantize")
-    model.ir_version = 10  # onnxruntime 1.31 rejects the onnx package's default (newer) IR
+    model.ir_version = 10  # onnxruntime <= 1.31 rejects the onnx package's default (newer) IR
     onnx.checker.check_model(model)
     return model, scales
