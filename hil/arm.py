@@ -93,6 +93,7 @@ class CpuModel:
 
 
 CPUS = {
+    "cortex-a53": CpuModel("cortex-a53", "Raspberry Pi 3", "0x0", "0xd03", 4, "fp asimd evtstrm crc32 cpuid"),
     "cortex-a72": CpuModel("cortex-a72", "Raspberry Pi 4", "0x0", "0xd08", 3, "fp asimd evtstrm crc32 cpuid"),
     # The Pi 5's core has the dot-product instructions (asimddp): onnxruntime picks other int8 kernels there.
     "cortex-a76": CpuModel(

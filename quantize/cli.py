@@ -46,13 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)")
     q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
     q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default="qoperator")
-    q.add_argument("--per-channel", action="store_true")
+    q.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="int8: one weight scale per output channel (default; --no-per-channel: one per tensor)")
+    q.add_argument("--scheme", choices=("u8s7", "u8s8", "u8u8", "s8s8"), default="u8s7",
+                   help="int8 activation x weight types; u8s7 (weights in [-64, 64]) is exact on every CPU, u8s8 saturates "
+                        "on x86 without VNNI (docs/quantize.md)")
     q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
     q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default="minmax")
     q.add_argument("--no-split-input", action="store_true",
                    help="one scale for the whole first layer (depth and state columns together)")
-    q.add_argument("--float-split-sum", action="store_true",
-                   help="the split first-layer QGemms output float into their Add (no second uint8 rounding)")
+    q.add_argument("--float-split-sum", action=argparse.BooleanOptionalAction, default=None,
+                   help="the split first-layer QGemms output float into their Add (no second uint8 rounding); "
+                        "default: on where it applies (input split, QOperator)")
     q.add_argument("--distill-steps", type=int, default=0,
                    help="int8: train the integer codes toward the fp32 logits for N Adam steps per round (0: off)")
     q.add_argument("--distill-episodes", type=int, default=1000, help="fp32 episodes per level for distillation data")
@@ -122,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
 
         opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
                                  keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
-                                 split_input=not args.no_split_input, float_split_sum=args.float_split_sum)
+                                 split_input=not args.no_split_input,
+                                 float_split_sum=args.float_split_sum,
+                                 scheme=args.scheme)
         distill = None
         if args.distill_steps > 0:
             from quantize.distill import DistillOptions

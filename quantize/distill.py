@@ -6,7 +6,8 @@ re-chooses the integers it stores, at the scales onnxruntime picked:
 
 1. The quantized ONNX graph is interpreted in torch (``QuantGraph``): QuantizeLinear and every QGemm
    output become fake quantization with the file's own (scale, zero point), each QGemm weight is a
-   float "code" u (initialised to the file's int8 code) used as clamp(round(u), -127, 127) * scale
+   float "code" u (initialised to the file's int8 code) used as clamp(round(u), -m, m) * scale (m = 64 for the
+   u8s7 scheme, 127 for u8s8)
    with a straight-through gradient, each int32 bias a float value rounded to its grid
    (input scale x weight scale) the same way; fp32 layers (the logits Gemm) are ordinary parameters.
    Activation scales and zero points are frozen: they are the calibrated ranges of the file.
@@ -45,7 +46,7 @@ from quantize.errors import QuantizeError
 
 DAGGER_SEED = 2_500_000  # DAgger round r (r >= 1): int8 episodes at DAGGER_SEED + 10,000 r + j
 SUPPORTED_OPS = ("Slice", "QuantizeLinear", "DequantizeLinear", "QGemm", "Gemm", "Add", "Relu", "ArgMax", "Identity")
-INT8_MIN, INT8_MAX = -127, 127  # onnxruntime's symmetric int8 weight grid (what quantize_static wrote)
+INT8_MAX = 127  # onnxruntime's symmetric int8 weight grid; the u8s7 scheme's is [-64, 64] (weight_max)
 
 
 @dataclass
@@ -88,8 +89,11 @@ class QuantGraph(nn.Module):
     """A static int8 QOperator policy graph (as quantize.ptq writes it) as a differentiable torch model
     that computes what onnxruntime computes, with the integer codes as trainable parameters."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, weight_max: int = INT8_MAX):
         super().__init__()
+        if not 1 <= weight_max <= INT8_MAX:
+            raise QuantizeError(f"weight_max must be 1..127, got {weight_max}")
+        self.weight_max = weight_max  # trained codes stay in [-weight_max, weight_max]
         self.model = copy.deepcopy(model)
         g = self.model.graph
         self.inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -109,6 +113,8 @@ class QuantGraph(nn.Module):
                     raise QuantizeError(f"{node.name}: QGemm weights must be an int8 initializer")
                 if np.any(self.inits[node.input[5]] != 0):
                     raise QuantizeError(f"{node.name}: asymmetric int8 weights are not supported")
+                if np.abs(self.inits[w].astype(np.int32)).max(initial=0) > weight_max:
+                    raise QuantizeError(f"{node.name}: weight codes exceed the scheme's range [-{weight_max}, {weight_max}]")
                 self._add(self.codes, w, self.inits[w].astype(np.float32))
                 if len(node.input) > 6 and node.input[6]:
                     scale = self._bias_scale(node)
@@ -130,7 +136,7 @@ class QuantGraph(nn.Module):
         u = self.codes[self._key[node.input[3]]]
         scale = torch.as_tensor(self.inits[node.input[4]].astype(np.float32))
         code = u + (torch.round(u) - u).detach()  # straight-through rounding
-        code = torch.clamp(code, INT8_MIN, INT8_MAX)
+        code = torch.clamp(code, -self.weight_max, self.weight_max)
         trans_b = _attrs(node).get("transB", 0)
         if scale.ndim == 1 and scale.numel() > 1:  # per output channel
             scale = scale[:, None] if trans_b else scale[None, :]
@@ -212,7 +218,7 @@ class QuantGraph(nn.Module):
         for node in self.nodes:
             if node.op_type == "QGemm":
                 u = self.codes[self._key[node.input[3]]].detach().numpy()
-                new[node.input[3]] = np.clip(np.rint(u), INT8_MIN, INT8_MAX).astype(np.int8)
+                new[node.input[3]] = np.clip(np.rint(u), -self.weight_max, self.weight_max).astype(np.int8)
                 if len(node.input) > 6 and node.input[6]:
                     b = self.reals[self._key[node.input[6]]].detach().numpy().astype(np.float64)
                     q = np.rint(b / self._bias_scale(node))
@@ -269,7 +275,7 @@ def train_codes(graph: QuantGraph, obs: np.ndarray, teacher_logits: np.ndarray, 
 
 
 def distill_static_int8(model: onnx.ModelProto, teacher, obs: np.ndarray, opts: DistillOptions,
-                        rollout=None) -> tuple[onnx.ModelProto, dict]:
+                        rollout=None, weight_max: int = INT8_MAX) -> tuple[onnx.ModelProto, dict]:
     """Fine-tune the integer codes of ``model`` (a quantize.ptq static int8 QOperator model).
 
     ``teacher(obs) -> logits`` is the fp32 source; ``obs`` the fp32-policy observations (calibration
@@ -282,7 +288,7 @@ def distill_static_int8(model: onnx.ModelProto, teacher, obs: np.ndarray, opts: 
         raise QuantizeError("DAgger rounds need a rollout function")
     torch.manual_seed(opts.seed)
     gen = torch.Generator().manual_seed(opts.seed)
-    graph = QuantGraph(model)
+    graph = QuantGraph(model, weight_max)
     data = np.asarray(obs, dtype=np.float32)
     labels = teacher(data)
     summary: dict = {"rounds": []}

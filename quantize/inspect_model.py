@@ -5,9 +5,69 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from quantize.model_io import QUANT_PREFIX, load_policy
+
+# integer matmul ops: (input index of the weights, input index of the activations)
+INTEGER_MATMULS = {"QGemm": (3, 0), "QLinearMatMul": (3, 0), "MatMulInteger": (1, 0), "DynamicQuantizeMatMul": (1, None),
+                   "MatMulIntegerToFloat": (1, 0)}
+
+
+def int8_scheme_from_weights(model: onnx.ModelProto) -> dict | None:
+    """The integer scheme a file really computes with, read from its weights (not its metadata): for
+    each integer matmul the weight type and largest |code|. uint8 activations x int8 weights beyond
+    +-64 can saturate the AVX2 U8S8 kernel (firmware_bridge.int8_kernels); None for a float file."""
+    inits = {t.name: t for t in model.graph.initializer}
+    types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.input) + list(model.graph.value_info)}
+    largest, weight_types, act_types = 0, set(), set()
+    producers = {o: n for n in model.graph.node for o in n.output}
+    for node in model.graph.node:
+        if node.op_type not in INTEGER_MATMULS:
+            continue
+        w_index, a_index = INTEGER_MATMULS[node.op_type]
+        w = inits.get(node.input[w_index]) if len(node.input) > w_index else None
+        if w is None:
+            continue
+        codes = numpy_helper.to_array(w)
+        weight_types.add(codes.dtype.name)
+        if codes.dtype == np.int8:
+            largest = max(largest, int(np.abs(codes.astype(np.int16)).max(initial=0)))
+        if a_index is None:
+            act_types.add("uint8")  # DynamicQuantizeMatMul quantizes its float input to uint8
+            continue
+        a = node.input[a_index]
+        if a in types:
+            act_types.add(onnx.helper.tensor_dtype_to_np_dtype(types[a]).name)
+        elif a in producers and producers[a].op_type in ("QuantizeLinear", "QGemm", "DynamicQuantizeLinear"):
+            zp = producers[a].input[2] if len(producers[a].input) > 2 else (producers[a].input[8] if len(producers[a].input) > 8 else "")
+            t = inits.get(zp)
+            act_types.add(onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name if t is not None else "uint8")
+        else:
+            act_types.add("uint8")
+    for node in model.graph.node:  # QDQ: int8 weights reach a float Gemm/MatMul through DequantizeLinear
+        if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
+            continue
+        codes = numpy_helper.to_array(inits[node.input[0]])
+        if codes.dtype not in (np.int8, np.uint8) or codes.ndim != 2:
+            continue
+        weight_types.add(codes.dtype.name)
+        if codes.dtype == np.int8:
+            largest = max(largest, int(np.abs(codes.astype(np.int16)).max(initial=0)))
+        # onnxruntime fuses QDQ into its integer kernels at load; on x86 int8 activations are shifted to
+        # uint8 first (measured: S8S8 QDQ gives the same saturated logits as U8S8), so count them as uint8
+        act_types.add("uint8")
+    if not weight_types:
+        return None
+    act = "s8" if act_types == {"int8"} else "u8"
+    if weight_types == {"uint8"}:
+        scheme = f"{act}u8"
+    else:
+        scheme = "s8s8" if act == "s8" else ("u8s7" if largest <= 64 else "u8s8")
+    return {"scheme": scheme, "largest_weight_code": largest, "weight_types": sorted(weight_types),
+            "activation_types": sorted(act_types)}
 
 
 def describe(path: str | Path) -> dict:
@@ -34,7 +94,19 @@ def describe(path: str | Path) -> dict:
         "ops": dict(Counter(n.op_type for n in graph.node)),
         "weight_bytes_by_type": dict(weight_bytes),
         "metadata": pm.metadata,
+        "int8": int8_on_this_host(pm.model),
     }
+
+
+def int8_on_this_host(model: onnx.ModelProto) -> dict | None:
+    """The file's integer scheme, this host's int8 kernels (the probe) and whether they compute it exactly."""
+    from firmware_bridge.int8_kernels import int8_kernels
+
+    found = int8_scheme_from_weights(model)
+    if found is None:
+        return None
+    kernels = int8_kernels()
+    return found | {"exact_here": kernels.exact_for(found["scheme"]), "host_kernels": kernels.describe()}
 
 
 def format_text(info: dict) -> str:
@@ -45,6 +117,10 @@ def format_text(info: dict) -> str:
         f"  ops     {info['ops']}",
         f"  weights {', '.join(f'{k} {v:,} B' for k, v in info['weight_bytes_by_type'].items())}",
     ]
+    if info.get("int8"):
+        i8 = info["int8"]
+        lines.append(f"  int8    scheme {i8['scheme']} (largest weight code {i8['largest_weight_code']}), "
+                     f"{'exact' if i8['exact_here'] else 'NOT exact'} on this host: {i8['host_kernels']}")
     meta = info["metadata"]
     plain = {k: v for k, v in meta.items() if not k.startswith(QUANT_PREFIX)}
     quant = {k[len(QUANT_PREFIX):]: v for k, v in meta.items() if k.startswith(QUANT_PREFIX)}

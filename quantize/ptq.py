@@ -28,18 +28,51 @@ from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, set_metadata
 
 TARGETS = ("int8", "int8-dynamic", "fp16")
+
+
+@dataclass(frozen=True)
+class Int8Scheme:
+    """Integer types of a static int8 model, as onnxruntime's quantize_static takes them."""
+
+    activation_type: str  # QuantType name
+    weight_type: str
+    reduce_range: bool  # weights in [-64, 64] instead of [-127, 127]
+    description: str
+
+    @property
+    def weight_max(self) -> int:
+        return 64 if self.reduce_range else 127
+
+
+# Measured on Policies I-III (docs/quantize.md, "Int8 that computes the same on every CPU"). u8s7: uint8
+# activations x int8 weights in [-64, 64]; every pair of products fits the 16-bit sums of the AVX2 U8S8
+# kernel (2 x 255 x 64 = 32,640), so the file computes the same integers on AVX2, VNNI and Arm.
+INT8_SCHEMES = {
+    "u8s7": Int8Scheme("QUInt8", "QInt8", True, "activations uint8, weights int8 in [-64, 64] (7-bit range)"),
+    "u8s8": Int8Scheme("QUInt8", "QInt8", False, "activations uint8, weights int8 in [-127, 127]"),
+    "u8u8": Int8Scheme("QUInt8", "QUInt8", False, "activations uint8, weights uint8 with zero point"),
+    "s8s8": Int8Scheme("QInt8", "QInt8", False, "activations int8, weights int8 in [-127, 127]"),
+}
 LINEAR_OPS = ("Gemm", "MatMul")
 
 
 @dataclass
 class StaticInt8Options:
     quant_format: str = "qoperator"  # "qoperator" or "qdq"
-    per_channel: bool = False
+    per_channel: bool = True  # with u8s7's 7-bit weights, per-tensor lost 1-2.4 points of agreement (docs/quantize.md)
     keep_last_layer_fp32: bool = True
     calibrate_method: str = "minmax"  # "minmax" or "percentile"
     split_input: bool = True  # separate scales for the depth and state parts of the first layer
-    float_split_sum: bool = False  # the two split first-layer QGemms output float into the Add (quantize.split_input)
+    # the two split first-layer QGemms output float into the Add (quantize.split_input); None: where it applies
+    float_split_sum: bool | None = None
+    scheme: str = "u8s7"  # INT8_SCHEMES: activation/weight integer types (exactness across CPUs: docs/quantize.md)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def use_float_split_sum(self) -> bool:
+        if self.float_split_sum is None:
+            return self.split_input and self.quant_format == "qoperator"
+        return self.float_split_sum
 
 
 def prepared_copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -114,16 +147,21 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
     fmt = {"qoperator": QuantFormat.QOperator, "qdq": QuantFormat.QDQ}[opts.quant_format]
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}[opts.calibrate_method]
 
+    if opts.scheme not in INT8_SCHEMES:
+        raise QuantizeError(f"int8 scheme must be one of {', '.join(INT8_SCHEMES)}, got {opts.scheme!r}")
+    scheme = INT8_SCHEMES[opts.scheme]
+
     def run(a: str, b: str) -> None:
         quantize_static(
             a, b, ObservationReader(calibration_obs, equal_batches=opts.calibrate_method != "minmax"), quant_format=fmt, per_channel=opts.per_channel,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            activation_type=getattr(QuantType, scheme.activation_type), weight_type=getattr(QuantType, scheme.weight_type),
+            reduce_range=scheme.reduce_range,
             op_types_to_quantize=list(LINEAR_OPS) + ["Relu"],
             nodes_to_exclude=[last] if last else None, calibrate_method=method, extra_options=dict(opts.extra),
         )
 
     out = _run_quantizer(prepared, run)
-    if opts.float_split_sum:
+    if opts.use_float_split_sum:
         from quantize.split_input import float_split_sum
 
         float_split_sum(out)
@@ -131,15 +169,19 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
     return out
 
 
-def quantize_dynamic_int8(src: PolicyModel, keep_last_layer_fp32: bool = False) -> onnx.ModelProto:
+def quantize_dynamic_int8(src: PolicyModel, keep_last_layer_fp32: bool = False, scheme: str = "u8s7") -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    if scheme not in ("u8s7", "u8s8"):
+        raise QuantizeError(f"int8-dynamic takes --scheme u8s7 or u8s8 (uint8 activations at run time), got {scheme!r}")
 
     prepared = prepared_copy(src.model)
     last = logits_layer(prepared) if keep_last_layer_fp32 else None
 
     def run(a: str, b: str) -> None:
         quantize_dynamic(a, b, op_types_to_quantize=list(LINEAR_OPS), per_channel=False,
-                         weight_type=QuantType.QInt8, nodes_to_exclude=[last] if last else None)
+                         weight_type=QuantType.QInt8, nodes_to_exclude=[last] if last else None,
+                         reduce_range=INT8_SCHEMES[scheme].reduce_range)
 
     out = _run_quantizer(prepared, run)
     if not out.metadata_props:
@@ -263,7 +305,7 @@ def torch_version() -> str:
 
 
 def distill_model(out: onnx.ModelProto, src_session, act, cfgs: list, episodes: int, seed: int, max_samples: int,
-                  distill) -> tuple[onnx.ModelProto, dict]:
+                  distill, weight_max: int) -> tuple[onnx.ModelProto, dict]:
     """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
     fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
     from quantize.calibration import collect_observations
@@ -281,7 +323,7 @@ def distill_model(out: onnx.ModelProto, src_session, act, cfgs: list, episodes: 
         return np.concatenate([collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r)
                                for cfg in cfgs])
 
-    return distill_static_int8(out, teacher, obs, distill, rollout)
+    return distill_static_int8(out, teacher, obs, distill, rollout, weight_max)
 
 
 def quantize_file(
@@ -351,22 +393,25 @@ def quantize_file(
         out = quantize_static_int8(src, obs, opts)
         if distill is not None:
             out, distill_summary = distill_model(out, src_session, act, cfgs, distill_episodes, calib_seed,
-                                                 max_distill_samples, distill)
-        method = f"onnxruntime static int8 {opts.quant_format.upper()}, {'per-channel' if opts.per_channel else 'per-tensor'} " \
-                 f"weights int8, activations uint8 calibrated ({opts.calibrate_method})" \
+                                                 max_distill_samples, distill, INT8_SCHEMES[opts.scheme].weight_max)
+        scheme = INT8_SCHEMES[opts.scheme]
+        method = f"onnxruntime static int8 {opts.quant_format.upper()}, scheme {opts.scheme}: {scheme.description}, " \
+                 f"{'per-channel' if opts.per_channel else 'per-tensor'} weights, activations calibrated ({opts.calibrate_method})" \
                  f"{', first layer split depth/state' if opts.split_input else ''}" \
                  f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}" \
-                 f"{', split halves summed in float (QGemm float output)' if opts.float_split_sum else ''}"
+                 f"{', split halves summed in float (QGemm float output)' if opts.use_float_split_sum else ''}"
         if distill is not None:
             method += (f"; integer codes distilled toward the fp32 logits (straight-through, fixed scales; "
                        f"{distill.steps} steps x {distill.rounds} round(s), seed {distill.seed})")
         extra |= {"calibration_episodes": f"{calibration_episodes} per level", "calibration_seed": str(calib_seed),
                   "calibration_samples": str(len(obs)), "format": opts.quant_format,
-                  "per_channel": str(opts.per_channel).lower(), "weight_type": "int8", "activation_type": "uint8",
+                  "per_channel": str(opts.per_channel).lower(), "scheme": opts.scheme,
+                  "weight_type": scheme.weight_type[1:].lower(), "activation_type": scheme.activation_type[1:].lower(),
+                  "weight_range": f"[-{scheme.weight_max}, {scheme.weight_max}]" if scheme.weight_type == "QInt8" else "[0, 255]",
                   "calibrate_method": opts.calibrate_method,
                   "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]" if opts.split_input else "none",
                   "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else [])}
-        if opts.float_split_sum:  # only when used: keeps the other artifacts' metadata as it was
+        if opts.use_float_split_sum:  # only when used: keeps the other artifacts' metadata as it was
             extra["float_split_sum"] = "true"
         if distill is not None:
             extra |= {"distill": json_compact({
@@ -379,9 +424,12 @@ def quantize_file(
                 "weight_codes_changed": distill_summary["weight_codes_changed"], "per_round": distill_summary["rounds"]})}
         bits, n_calib = 8, len(obs)
     elif target == "int8-dynamic":
-        out = quantize_dynamic_int8(src)
-        method = "onnxruntime dynamic int8: weights int8 per-tensor, activations quantized at run time (the seed's method)"
-        extra |= {"format": "qoperator", "per_channel": "false", "weight_type": "int8", "activation_type": "uint8 (dynamic)",
+        out = quantize_dynamic_int8(src, scheme=opts_in.scheme)
+        weight_max = INT8_SCHEMES[opts_in.scheme].weight_max
+        method = (f"onnxruntime dynamic int8: weights int8 in [-{weight_max}, {weight_max}] per-tensor, activations quantized "
+                  f"at run time (the seed's method)")
+        extra |= {"format": "qoperator", "per_channel": "false", "scheme": opts_in.scheme, "weight_type": "int8",
+                  "activation_type": "uint8 (dynamic)", "weight_range": f"[-{weight_max}, {weight_max}]",
                   "calibration_episodes": "0"}
         bits, n_calib = 8, 0
     else:

@@ -1,0 +1,144 @@
+"""Does this host's onnxruntime compute int8 matrix products exactly? A probe run once per process.
+
+On x86 CPUs with AVX2 but without VNNI (AVX-512 VNNI or AVX-VNNI), onnxruntime's U8S8 integer GEMM
+(uint8 activations x int8 weights, what a QGemm of quantize.ptq computes) multiplies with VPMADDUBSW,
+which adds each pair of neighbouring products into a 16-bit sum that saturates at +-32,767. With
+activations up to 255 and weights up to +-127 a pair can reach 64,770: the result is then wrong, and
+wrong differently from a VNNI host or a Raspberry Pi's Arm kernels, which are exact. Weights kept
+within [-64, 64] (the ``u8s7`` scheme, onnxruntime's ``reduce_range``) cannot saturate:
+2 x 255 x 64 = 32,640.
+
+The probe is one QGemm (com.microsoft) of a row of uint8 255s by int8 weight columns 127, -127, 64
+and -64, run in a batch of 1 and of 4 rows (onnxruntime may use other kernels for a single row); an
+exact kernel gives 255 x 64 x w per column. On a saturating AVX2 host the first two columns come out
+at 1,048,544 (= 32 x 32,767) instead of 2,072,640.
+
+The model is embedded as bytes because the device side must not need the onnx package; the test
+suite rebuilds it with onnx.helper and checks they are the same model.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import platform
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+PROBE_K = 64
+PROBE_COLUMNS = (127, -127, 64, -64)  # full-range int8 weights, then the u8s7 limits
+PROBE_ACTIVATION = 255
+_PROBE_MODEL_B64 = (
+    "CAgSBGFpcnE68gMKVAoBYQoHYV9zY2FsZQoMYV96ZXJvX3BvaW50CgFiCgdiX3NjYWxlCgxiX3plcm9fcG9pbnQSAXkaBXByb2Jl"
+    "IgVRR2VtbToNY29tLm1pY3Jvc29mdBIPYWlycV9pbnQ4X3Byb2JlKowCCEAIBBADQgFiSoACf4FAwH+BQMB/gUDAf4FAwH+BQMB/"
+    "gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDA"
+    "f4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FA"
+    "wH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+BQMB/gUDAf4FAwH+B"
+    "QMB/gUDAf4FAwCoREAFCB2Ffc2NhbGVKBAAAgD8qExACQgxhX3plcm9fcG9pbnRKAQAqERABQgdiX3NjYWxlSgQAAIA/KhMQA0IM"
+    "Yl96ZXJvX3BvaW50SgEAWhQKAWESDwoNCAISCQoDEgFuCgIIQGIUCgF5Eg8KDQgBEgkKAxIBbgoCCARCBAoAEBFCEQoNY29tLm1p"
+    "Y3Jvc29mdBAB"
+)
+# int8 schemes (quantize.ptq INT8_SCHEMES) whose products are exact only where U8S8 does not saturate
+FULL_RANGE_U8S8 = ("u8s8",)
+
+
+def probe_model_bytes() -> bytes:
+    return base64.b64decode(_PROBE_MODEL_B64)
+
+
+def cpu_int8_features() -> str:
+    """The CPU's int8 dot-product instructions as /proc/cpuinfo names them ('avx512_vnni', 'avx2',
+    'asimddp', ...), or the architecture when none is known."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    flags.update(value.split())
+    except OSError:
+        pass
+    known = ("avx512_vnni", "avx_vnni", "avx512bw", "avx2", "i8mm", "asimddp", "asimd")
+    present = [f for f in known if f in flags]
+    return " ".join(present) if present else platform.machine()
+
+
+@dataclass(frozen=True)
+class Int8Kernels:
+    """What the probe found on this host, with the onnxruntime that ran it."""
+
+    u8s8_exact: bool  # uint8 x full-range int8 weights (scheme u8s8, int8-dynamic) computed exactly
+    u8s7_exact: bool  # uint8 x int8 weights in [-64, 64] (scheme u8s7) computed exactly
+    cpu_features: str
+    onnxruntime: str
+    error: str | None = None  # the probe could not run (then both flags are False)
+
+    @property
+    def kind(self) -> str:
+        if self.error:
+            return "unknown (probe failed)"
+        if self.u8s8_exact:
+            return "exact"
+        return "saturating U8S8" if self.u8s7_exact else "inexact"
+
+    def describe(self) -> str:
+        if self.error:
+            return f"int8 kernels unknown: the probe failed ({self.error})"
+        if self.u8s8_exact:
+            return f"int8 kernels exact (onnxruntime {self.onnxruntime}; {self.cpu_features})"
+        if self.u8s7_exact:
+            return (f"int8 kernels saturate on full-range int8 weights (16-bit pair sums; onnxruntime {self.onnxruntime}; "
+                    f"{self.cpu_features}, no VNNI); u8s7 weights are exact")
+        return f"int8 kernels inexact even for u8s7 weights (onnxruntime {self.onnxruntime}; {self.cpu_features})"
+
+    def exact_for(self, scheme: str) -> bool:
+        """Whether a model quantized with ``scheme`` computes exact integers here."""
+        return self.u8s8_exact if scheme in FULL_RANGE_U8S8 else self.u8s7_exact if scheme == "u8s7" else True
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"kind": self.kind}
+
+
+def run_probe() -> Int8Kernels:
+    import onnxruntime as ort
+
+    features = cpu_int8_features()
+    try:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        sess = ort.InferenceSession(probe_model_bytes(), options, providers=["CPUExecutionProvider"])
+        expected = PROBE_ACTIVATION * PROBE_K * np.asarray(PROBE_COLUMNS, dtype=np.float64)
+        ok = np.ones(len(PROBE_COLUMNS), dtype=bool)
+        for rows in (1, 4):
+            y = sess.run(None, {"a": np.full((rows, PROBE_K), PROBE_ACTIVATION, dtype=np.uint8)})[0]
+            ok &= np.all(y.astype(np.float64) == expected, axis=0)
+    except Exception as e:  # an onnxruntime without the contrib op, a broken install: say so, never crash
+        return Int8Kernels(False, False, features, ort.__version__, str(e).splitlines()[0][:160])
+    return Int8Kernels(bool(ok[0] and ok[1]), bool(ok[2] and ok[3]), features, ort.__version__)
+
+
+@functools.cache
+def int8_kernels() -> Int8Kernels:
+    """The probe's result for this process (runs once: a few milliseconds)."""
+    return run_probe()
+
+
+def scheme_of(metadata: dict[str, str]) -> str | None:
+    """The int8 scheme a policy file was quantized with, from its airq metadata; None for float files.
+    Files from before schemes were recorded used full-range uint8 x int8 (u8s8)."""
+    if metadata.get("airq.precision", "") not in ("int8", "int8-dynamic"):
+        return None
+    return metadata.get("airq.quant.scheme") or "u8s8"
+
+
+def saturation_warning(metadata: dict[str, str], kernels: Int8Kernels | None = None) -> str | None:
+    """A one-line warning when a file's int8 scheme is not computed exactly by this host's kernels."""
+    scheme = scheme_of(metadata)
+    if scheme is None:
+        return None
+    k = kernels or int8_kernels()
+    if k.exact_for(scheme):
+        return None
+    return (f"this {scheme} int8 model is not computed exactly here ({k.describe()}): its actions can differ "
+            f"from a VNNI or Arm host's; re-quantize with `python -m quantize ptq ... --scheme u8s7`")
