@@ -79,6 +79,7 @@ def format_versions(versions: dict[str, str]) -> str:
 
 
 def device_info(bridge_version: str) -> dict[str, Any]:
+    from firmware_bridge.int8_kernels import int8_kernels
     import msgpack
     import numpy
     import onnxruntime
@@ -105,6 +106,7 @@ def device_info(bridge_version: str) -> dict[str, Any]:
         "libzmq_version": zmq.zmq_version(),
         "msgpack_version": ".".join(map(str, msgpack.version)),
         "bridge_version": bridge_version,
+        "int8_kernels": int8_kernels().as_dict(),  # whether this device's onnxruntime computes int8 exactly
     }
 
 

@@ -98,6 +98,15 @@ class Int8Kernels:
     def as_dict(self) -> dict:
         return asdict(self) | {"kind": self.kind}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Int8Kernels":
+        """From a peer's as_dict() (a device's hello): unknown or missing fields give an unknown verdict."""
+        try:
+            return cls(bool(d["u8s8_exact"]), bool(d["u8s7_exact"]), str(d.get("cpu_features", "")),
+                       str(d.get("onnxruntime", "")), d.get("error") if isinstance(d.get("error"), str) else None)
+        except (KeyError, TypeError, AttributeError):
+            return cls(False, False, "", "", "the device did not report its int8 kernels")
+
 
 def run_probe() -> Int8Kernels:
     import onnxruntime as ort

@@ -26,6 +26,7 @@ from firmware_bridge import __version__
 from firmware_bridge.actuator import Actuator, HoldWatchdog
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
 from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
+from firmware_bridge.int8_kernels import saturation_warning
 from firmware_bridge.policy import Policy, load_policy
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -186,6 +187,9 @@ class BridgeServer:
             policy.setpoint_mapping,
             policy.load_ns / 1e6,
         )
+        warning = saturation_warning(policy.metadata)
+        if warning:
+            log.warning("policy %s: %s", policy.name or "(unnamed)", warning)
         return previous
 
     def request_stop(self, *_: Any) -> None:

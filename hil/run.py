@@ -320,6 +320,7 @@ def _fly_policy(
         hello = client.hello()
         report["device"] = report["device"] or {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
         load = client.load_policy(onnx, name=Path(path).name)
+        _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
         if load.get("obs_dim") not in (None, cfg.obs_dim):
             raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
         if load.get("sha256") != sha256_hex(onnx):
@@ -339,13 +340,31 @@ def _fly_policy(
     return rec, load
 
 
+def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None) -> None:
+    """A policy whose int8 scheme the device's kernels do not compute exactly: say so, keep it in the report."""
+    from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
+
+    warning = saturation_warning(metadata, Int8Kernels.from_dict(device_kernels or {}))
+    if warning:
+        message = f"{Path(path).name}: {warning}"
+        if message not in report.setdefault("warnings", []):
+            report["warnings"].append(message)
+            print(f"warning: {message}", file=sys.stderr)
+
+
+def _int8_line(d: dict) -> str:
+    from firmware_bridge.int8_kernels import Int8Kernels
+
+    return "device " + Int8Kernels.from_dict(d.get("int8_kernels") or {}).describe()
+
+
 def _header(report: dict) -> str:
     d = (report["device"] or {}).get("device") or {}
     where = report["mode"] + (f", profile {report['profile']['name']}: {report['profile']['emulated']}" if report["profile"] else "")
     return (f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
             f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
             f"episodes from seed {report['args']['seed']}, " + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running")
-            + f"\nhost versions: {format_versions(report.get('host_versions') or {})}")
+            + f"\n{_int8_line(d)}\nhost versions: {format_versions(report.get('host_versions') or {})}")
 
 
 _bar = None

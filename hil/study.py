@@ -606,6 +606,10 @@ def md_header(data: dict) -> str:
              f"{a['seed']}-{a['seed'] + a['episodes'] - 1}), levels {', '.join(a['levels'])}; every precision flies the same episodes."
              + (f" Wall time {data['wall_s'] / 60:.1f} min" + (f" over {len(data['sessions'])} sessions (resumed)." if len(data["sessions"]) > 1 else ".")
                 if data.get("wall_s") else ""), ""]
+    if d.get("int8_kernels"):
+        from firmware_bridge.int8_kernels import Int8Kernels
+
+        lines[-1:-1] = [f"Device {Int8Kernels.from_dict(d['int8_kernels']).describe()}."]
     if data.get("host_versions"):
         lines += [f"Host versions: {format_versions(data['host_versions'])}."]
         earlier = [x for x in data.get("sessions") or [] if x.get("host_versions") not in (None, data["host_versions"])]

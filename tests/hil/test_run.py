@@ -102,3 +102,28 @@ def test_unreachable_and_unresolvable_hosts_fail_fast(toy_policies, tmp_path):
         r = hil_run("--policy", toy_policies[0], "--host", host, "--port", "1", "--timeout", "0.5", "--out", tmp_path)
         assert time.monotonic() - t0 < 20
         assert r.returncode == 1 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("scheme", ["u8s7", "u8s8"])
+def test_report_says_which_int8_kernels_and_warns_on_a_saturating_file(tmp_path, scheme):
+    """The header and report.json name the device's int8 kernel class; a u8s8 file (full-range weights) flown
+    where the device's U8S8 kernels saturate gets a one-line warning, kept in the report; u8s7 never does."""
+    from pathlib import Path
+
+    from firmware_bridge.int8_kernels import int8_kernels
+    from quantize.ptq import StaticInt8Options, quantize_file
+
+    model = tmp_path / f"policy1_{scheme}.onnx"
+    src = Path(__file__).resolve().parents[2] / "models" / "policy1_fp32.onnx"
+    quantize_file(src, "int8", model, calibration_episodes=2, heldout_episodes=0, options=StaticInt8Options(scheme=scheme))
+    r = hil_run("--policy", model, "--sim-only", "--episodes", "1", "--level", "easy", "--deadline-ms", "2000",
+                "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["device"]["device"]["int8_kernels"] == int8_kernels().as_dict()
+    assert f"device {int8_kernels().describe()}" in r.stdout
+    saturates = scheme == "u8s8" and not int8_kernels().u8s8_exact
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == int(saturates) and len(report.get("warnings", [])) == int(saturates)
+    if saturates:
+        assert "policy1_u8s8.onnx" in warnings[0] and "not computed exactly" in warnings[0]

@@ -102,6 +102,10 @@ def test_study_markdown_has_the_tables(finished):
     assert data["host_versions"]["onnxruntime"] == onnxruntime.__version__ and "torch" in data["host_versions"]
     assert data["sessions"][0]["host_versions"] == data["host_versions"]
     assert f"Host versions: airq {data['host_versions']['airq']}, python" in md
+    # and on what kind of int8 kernels (the device's probe, here this machine's)
+    from firmware_bridge.int8_kernels import int8_kernels
+    assert data["device"]["device"]["int8_kernels"] == int8_kernels().as_dict()
+    assert f"Device {int8_kernels().describe()}." in md
 
 
 def test_study_rerun_continues_without_flying_again(finished, tiny_models):
