@@ -146,7 +146,7 @@ def native_bridge() -> Iterator[BridgeClient]:
 
 @pytest.fixture(scope="session", params=list(CPUS))
 def emulated_cpu(request: pytest.FixtureRequest) -> str:
-    """cortex-a72 (Raspberry Pi 4: plain NEON int8 kernels) and cortex-a76 (Pi 5: dot-product kernels)."""
+    """cortex-a53 (Raspberry Pi 3) and cortex-a72 (Pi 4): plain NEON int8 kernels; cortex-a76 (Pi 5): dot-product kernels."""
     return request.param
 
 

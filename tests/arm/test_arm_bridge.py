@@ -1,4 +1,4 @@
-"""The aarch64 bridge (real process under qemu, -cpu cortex-a72) computes the same policy as the native one.
+"""The aarch64 bridge (real process under qemu, -cpu cortex-a53/a72/a76) computes the same policy as the native one.
 
 Both bridges get the same recorded nav_env observations one act at a time over TCP through
 hil.client.BridgeClient, exactly as in the control loop.
@@ -13,9 +13,11 @@ from arm_helpers import FIGURES, RECORDING, run_all
 pytestmark = pytest.mark.arm
 
 FP32_LOGIT_TOL = 1e-5
-# int8: the Arm (NEON, dot-product) and x86 (AVX2/AVX-512) integer kernels may round differently; the
-# dequantized logits may then differ by a few quantization steps. Measured here: 0 for static int8,
-# 0.016 for Policy I's dynamic int8 (median logit range 17); see the figures the run prints.
+# static int8 in the u8s7 scheme computes the same integers on x86 (AVX2 or VNNI) and Arm (NEON or
+# dot-product): identical actions, and logits that differ at most by float rounding in the fp32 logits
+# layer. (Full-range u8s8 files differed on 7 of 2051 actions, by up to 0.26, on an AVX2-only host.)
+INT8_STATIC_LOGIT_TOL = 1e-4
+# dynamic int8 computes its activation scales in float per call: reported, not judged (0.016 measured)
 INT8_LOGIT_TOL = 0.05
 INT8_MIN_AGREEMENT = 0.995
 
@@ -67,8 +69,9 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
         if p.precision == "fp32":
             if not (agree == 1.0 and max_diff <= FP32_LOGIT_TOL):
                 failures.append(f"{emulated_cpu} {p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}")
-        elif p.precision == "int8" and not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL):
-            failures.append(f"{emulated_cpu} {p.label}: int8 agreement {agree:.4%} (need {INT8_MIN_AGREEMENT:.1%}), max logit diff {max_diff:.3g} (tol {INT8_LOGIT_TOL})")
+        elif p.precision == "int8" and not (agree == 1.0 and max_diff <= INT8_STATIC_LOGIT_TOL):
+            failures.append(f"{emulated_cpu} {p.label}: int8 actions identical {agree:.4%} (need 100%), max logit diff "
+                            f"{max_diff:.3g} (tol {INT8_STATIC_LOGIT_TOL})")
     assert not failures, "; ".join(failures)
 
 
@@ -111,10 +114,10 @@ print(json.dumps({"asimd": bool(hwcap >> 1 & 1), "asimddp": bool(hwcap >> 20 & 1
 """
 
 
-@pytest.mark.parametrize(("cpu", "dotprod"), [("cortex-a72", False), ("cortex-a76", True)])
+@pytest.mark.parametrize(("cpu", "dotprod"), [("cortex-a53", False), ("cortex-a72", False), ("cortex-a76", True)])
 def test_guest_sees_the_pi_cores_features(arm_stack, cpu, dotprod):
     """onnxruntime picks its Arm kernels from these bits (getauxval): the Pi 4's core has no
-    dot-product instructions, the Pi 5's has; neither has SVE or i8mm (qemu's `max` has both)."""
+    dot-product instructions, the Pi 5's has; none has SVE or i8mm (qemu's `max` has both)."""
     import json
     import subprocess
 
