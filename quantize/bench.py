@@ -28,6 +28,7 @@ class BenchRow:
     mean_us: float
     calls: int
     int8_scheme: str | None = None  # read from the weights (quantize.inspect_model)
+    host: str = ""  # CPU model and int8 kernel class of the machine that measured it
 
 
 def bench(paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 100, cold: bool = False,
@@ -68,15 +69,18 @@ def bench(paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 10
                 s.run(["action"], {"obs": x})
                 times[k].append((time.perf_counter_ns() - t0) / 1e3)
         done += n
+    from firmware_bridge.device import cpu_model
+    from firmware_bridge.int8_kernels import int8_kernels
     from quantize.inspect_model import int8_scheme_from_weights
 
+    host = f"{cpu_model()}: {int8_kernels().describe()}"
     rows = []
     for m, t in zip(models, times):
         a = np.asarray(t)
         scheme = int8_scheme_from_weights(m.model)
         rows.append(BenchRow(m.path, m.metadata.get("airq.precision", "fp32"), len(m.data),
                              float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.mean()), len(a),
-                             scheme["scheme"] if scheme else None))
+                             scheme["scheme"] if scheme else None, host))
     return rows
 
 
@@ -86,7 +90,7 @@ def format_table(rows: list[BenchRow], cold: bool) -> str:
 
     base = next((r for r in rows if r.precision == "fp32"), rows[0])
     head = f"batch 1, 1 thread, onnxruntime, {rows[0].calls} calls each, interleaved{', cold cache' if cold else ''}; ratios vs {base.path.name}"
-    lines = [head, f"{cpu_model()}: {int8_kernels().describe()}"]
+    lines = [head, rows[0].host or f"{cpu_model()}: {int8_kernels().describe()}"]
     lines += [f"warning: {r.path.name}: not computed exactly here (scheme {r.int8_scheme})" for r in rows
               if r.int8_scheme and not int8_kernels().exact_for(r.int8_scheme)]
     lines += [ f"{'model':<34} {'precision':<13} {'size':>12} {'p50 us':>9} {'p99 us':>9} {'speedup p50':>12} {'smaller':>8}"]

@@ -72,6 +72,7 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
         rows = json.loads(Path(bench).read_text())
         base = next((r for r in rows if r["precision"] == "fp32"), rows[0])
         lines += ["## Latency (quantize bench: onnxruntime, batch 1, 1 thread, interleaved)", "",
+                  *([f"Measured on {rows[0]['host']}.", ""] if rows[0].get("host") else []),
                   "| model | precision | p50 us | p99 us | speedup p50 |", "|---|---|---|---|---|"]
         for r in rows:
             lines.append(f"| {Path(r['path']).name} | {r['precision']} | {r['p50_us']:.1f} | {r['p99_us']:.1f} | "
