@@ -187,7 +187,8 @@ def build_models(plan: dict, say) -> dict[str, Any]:
         say(f"memory stage: reusing {int8} (static int8 of {fp32.name}, sha256 {sha32[:12]})")
     else:
         say(f"memory stage: static int8 of {fp32.name}, calibrated on {plan['calibration_episodes']} episodes at {plan['camera']}")
-        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8",
+        # the shipped Policy III's recipe (u8s7, per-tensor: scripts/int8_schemes.sh)
+        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8", "--no-per-channel", "--no-float-split-sum",
                                      "--calibration-episodes", str(plan["calibration_episodes"]),
                                      "--heldout-episodes", str(plan["heldout_episodes"])], "quantize ptq")
     m8 = read_onnx_metadata(int8)
