@@ -146,7 +146,7 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
     meta |= {
         "airq.precision": "int8",
         QUANT_PREFIX + "method": f"QAT (seed Algorithm 2): {result.bits}-bit affine fake-quant of weights ({result.actor.rounding}) "
-                                 f"and activations (nearest), min/max ranges frozen after the delay; int8 QDQ",
+                                 f"and activations (nearest), min/max ranges frozen after the delay; uint8 x uint8 QDQ",
         QUANT_PREFIX + "bits": str(result.bits),
         QUANT_PREFIX + "weight_rounding": weight_rounding(result.actor),
         QUANT_PREFIX + "source_checkpoint": str(result.checkpoint),
@@ -156,6 +156,9 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
         QUANT_PREFIX + "qat_froze_at": str(result.froze_at),
         QUANT_PREFIX + "calibration_episodes": "0 (ranges monitored during QAT rollouts)",
         QUANT_PREFIX + "format": "qdq",
+        QUANT_PREFIX + "scheme": "u8u8",  # exact on every CPU (quantize.qdq_export)
+        QUANT_PREFIX + "weight_type": "uint8",
+        QUANT_PREFIX + "activation_type": "uint8",
         QUANT_PREFIX + "per_channel": "false",
         QUANT_PREFIX + "layer_scales": json_compact(scales),
     }

@@ -1,8 +1,9 @@
 """Int8 QDQ ONNX of an 8-bit FakeQuantActor: the exact integers QAT trained with.
 
-Each weight is stored as its seed-formula code (floor or round(W/delta) + z, in [0, 255], as trained) shifted to int8
-(code - 128, zero point z - 128: the same real values, and signed weights are what onnxruntime's fast
-int8 kernels take). Activations get QuantizeLinear/DequantizeLinear with the frozen (delta, z) as
+Each weight is stored as its seed-formula code (floor or round(W/delta) + z, in [0, 255], as trained)
+with its zero point z, as uint8 (the u8u8 scheme): QAT's asymmetric grid uses all 256 codes, and
+full-range int8 weights saturate onnxruntime's AVX2 U8S8 kernel on x86 without VNNI (docs/quantize.md,
+"Int8 that computes the same on every CPU"), while uint8 x uint8 is exact on every CPU. Activations get QuantizeLinear/DequantizeLinear with the frozen (delta, z) as
 uint8. Biases are int32 with scale input_scale * weight_scale (what onnxruntime's QDQ fusion expects).
 onnxruntime fuses DQ -> Gemm -> Q into integer QGemm at load time. The graph is built from the
 trained modules rather than by rewriting an fp32 export, because onnxruntime's quantizer would pick
@@ -45,10 +46,10 @@ def qdq_bytes_and_scales(actor: FakeQuantActor) -> tuple[onnx.ModelProto, dict]:
         # codes from torch's own fake-quantized weights, so the file holds exactly what QAT computed
         with torch.no_grad():
             w_hat = fake_quant_weight(ql.linear.weight, 8, actor.rounding).double().numpy()
-        codes = np.clip(np.rint(w_hat / p.delta) + p.zero_point, 0, 255).astype(np.int64) - 128
-        wq = const(f"{tag}_weight_quantized", codes.astype(np.int8))
+        codes = np.clip(np.rint(w_hat / p.delta) + p.zero_point, 0, 255).astype(np.uint8)
+        wq = const(f"{tag}_weight_quantized", codes)
         ws = const(f"{tag}_weight_scale", np.array(p.delta, np.float32))
-        wz = const(f"{tag}_weight_zero_point", np.array(p.zero_point - 128, np.int8))
+        wz = const(f"{tag}_weight_zero_point", np.array(p.zero_point, np.uint8))
         nodes.append(helper.make_node("DequantizeLinear", [wq, ws, wz], [f"{tag}_weight_dq"], name=f"{tag}_weight_DQ"))
         bias_scale = np.float32(x_scale) * np.float32(p.delta)
         b = ql.linear.bias.detach().double().numpy() if ql.linear.bias is not None else np.zeros(codes.shape[0])
@@ -57,7 +58,7 @@ def qdq_bytes_and_scales(actor: FakeQuantActor) -> tuple[onnx.ModelProto, dict]:
         bz = const(f"{tag}_bias_zero_point", np.array(0, np.int32))
         nodes.append(helper.make_node("DequantizeLinear", [bq, bs, bz], [f"{tag}_bias_dq"], name=f"{tag}_bias_DQ"))
         nodes.append(helper.make_node("Gemm", [x, f"{tag}_weight_dq", f"{tag}_bias_dq"], [out], name=f"{tag}_Gemm", transB=1))
-        scales[f"{tag}.weight"] = {"scale": float(f"{p.delta:.6g}"), "zero_point": p.zero_point - 128, "dtype": "int8"}
+        scales[f"{tag}.weight"] = {"scale": float(f"{p.delta:.6g}"), "zero_point": p.zero_point, "dtype": "uint8"}
 
     body = actor.body
     if body.input_quant is None:

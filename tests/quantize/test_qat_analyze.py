@@ -55,6 +55,9 @@ def test_qat_trains_and_exports_int8(tiny_run, tmp_path, capsys):
     assert "(nearest)" in meta["airq.quant.method"]
     assert meta["airq.quant.source_sha256"] and "QAT" in meta["airq.quant.method"]
     assert meta["airq.obs_dim"] == "1032" and meta["airq.action_space"] == "discrete:25"
+    # uint8 x uint8 (QAT's asymmetric 256-code grid): exact on every CPU, unlike full-range int8 weights
+    from quantize.inspect_model import int8_scheme_from_weights
+    assert meta["airq.quant.scheme"] == "u8u8" and int8_scheme_from_weights(model)["scheme"] == "u8u8"
     sess = session(path.read_bytes())
     action, logits = sess.run(["action", "logits"], {"obs": np.random.default_rng(0).uniform(size=(3, 1032)).astype(np.float32)})
     assert action.shape == (3,) and logits.shape == (3, 25)
