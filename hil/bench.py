@@ -181,8 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         from nav_env.bench import _cpu_name
 
+        from firmware_bridge.device import package_versions
+        from firmware_bridge.int8_kernels import int8_kernels
+
         write_atomic(a.out, json.dumps({"level": a.level, "episodes": a.episodes, "repeats": a.repeats,
-                                        "cpu": _cpu_name(), "rows": rows}, indent=1).encode())
+                                        "cpu": _cpu_name(), "int8_kernels": int8_kernels().as_dict(),
+                                        "versions": package_versions(), "rows": rows}, indent=1).encode())
     return 0
 
 
@@ -213,8 +217,11 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
 def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[float]) -> None:
     from nav_env.bench import _cpu_name
 
+    from firmware_bridge.device import format_versions, package_versions
+    from firmware_bridge.int8_kernels import int8_kernels
+
     print(f"hil.bench: sim-only, TCP loopback, free-running, one env, level {a.level}, {a.episodes} episodes "
-          f"x {a.repeats} repeat(s); {_cpu_name()}")
+          f"x {a.repeats} repeat(s); {_cpu_name()}: {int8_kernels().describe()}; {format_versions(package_versions())}")
     spin_col = len(spins) > 1
     print(f"{'policy':<24}{'spin':>6}" * spin_col + f"{'policy':<24}" * (not spin_col)
           + f"{'steps':>6}{'loop Hz':>8}{'in-proc Hz':>11}{'ratio':>6}{'rtt p50':>8}{'infer p50':>10}"

@@ -129,9 +129,15 @@ def large_model_paths(source: Path, camera: str, cache: Path, source_sha: str) -
     return d / f"{name}_fp32.onnx", d / f"{name}_int8.onnx"
 
 
+# The shipped Policy III's int8 recipe (u8s7, per-tensor: scripts/int8_schemes.sh), and the metadata that
+# says a cached file was made with it (a file of an older recipe, e.g. full-range u8s8, is rebuilt).
+INT8_RECIPE_ARGS = ("--scheme", "u8s7", "--no-per-channel", "--no-float-split-sum")
+INT8_RECIPE_METADATA = {"airq.quant.scheme": "u8s7", "airq.quant.per_channel": "false"}
+
+
 def cached_ok(fp32: Path, int8: Path, source_sha: str, camera: str, calibration_episodes: int) -> tuple[bool, bool, str | None]:
     """(fp32 reusable, int8 reusable, fp32 sha256): each is reusable when its metadata names its source
-    by the sha256 it was built from (and, for the int8, the calibration asked for)."""
+    by the sha256 it was built from (and, for the int8, the calibration asked for and the recipe)."""
     from hil.memfit import MemfitError, read_onnx_metadata
 
     def meta(p: Path) -> dict[str, str] | None:
@@ -147,7 +153,8 @@ def cached_ok(fp32: Path, int8: Path, source_sha: str, camera: str, calibration_
     sha32 = sha256_file(fp32)
     m8 = meta(int8)
     ok8 = bool(m8 and m8.get("airq.quant.source_sha256") == sha32
-               and (m8.get("airq.quant.calibration_episodes") or "").split(" ")[0] == str(calibration_episodes))
+               and (m8.get("airq.quant.calibration_episodes") or "").split(" ")[0] == str(calibration_episodes)
+               and all(m8.get(k) == v for k, v in INT8_RECIPE_METADATA.items()))
     return True, ok8, sha32
 
 
@@ -187,8 +194,7 @@ def build_models(plan: dict, say) -> dict[str, Any]:
         say(f"memory stage: reusing {int8} (static int8 of {fp32.name}, sha256 {sha32[:12]})")
     else:
         say(f"memory stage: static int8 of {fp32.name}, calibrated on {plan['calibration_episodes']} episodes at {plan['camera']}")
-        # the shipped Policy III's recipe (u8s7, per-tensor: scripts/int8_schemes.sh)
-        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8", "--no-per-channel", "--no-float-split-sum",
+        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8", *INT8_RECIPE_ARGS,
                                      "--calibration-episodes", str(plan["calibration_episodes"]),
                                      "--heldout-episodes", str(plan["heldout_episodes"])], "quantize ptq")
     m8 = read_onnx_metadata(int8)

@@ -29,6 +29,11 @@ def test_bench_reports_loop_baseline_and_echo_per_repeat(tmp_path):
         assert row["echo_round_trip_us"]["p50"] > 0 and row["steps"] == rows[0]["steps"]
         assert all(rep["echo_deadline_misses"] >= 0 and rep["deadline_misses"] >= 0 for rep in row["repeats"])
     assert "ovh p50 (min-max)" in r.stdout and "policy" in r.stdout
+    # on what int8 kernels and with which packages it was measured
+    from firmware_bridge.int8_kernels import int8_kernels
+    report = json.loads(out.read_text())
+    assert report["int8_kernels"] == int8_kernels().as_dict() and "onnxruntime" in report["versions"]
+    assert int8_kernels().describe() in r.stdout.splitlines()[0]
 
 
 def test_bench_bad_arguments_are_clear_errors(tmp_path):

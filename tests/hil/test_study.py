@@ -278,3 +278,28 @@ def test_memory_readings_follow_the_measurements():
     assert classify(swapped) == "swapped" and "swapping out 888 MB (loading 3.8x slower)" in verdict(swapped)
     assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 2.9}}) == "fits"
     assert classify(base | {"condition": "unconstrained"}) == "baseline" and classify({"skipped": "not root"}) == "skipped"
+
+
+def test_memory_stage_rebuilds_an_int8_of_another_recipe(tmp_path):
+    """A cached memory-stage int8 is reused only when it was made from this fp32, with this calibration,
+    in the current recipe (u8s7 per-tensor): a full-range u8s8 file of an older airq is rebuilt."""
+    import onnx
+
+    from firmware_bridge.toy_policy import build_mlp_policy
+    from hil.study_memory import INT8_RECIPE_METADATA, cached_ok, sha256_file
+
+    fp32, int8 = tmp_path / "w_fp32.onnx", tmp_path / "w_int8.onnx"
+
+    def save(path, meta):
+        model = onnx.load_from_string(build_mlp_policy(1032, 8, seed=1))
+        model.metadata_props.extend(onnx.StringStringEntryProto(key=k, value=v) for k, v in meta.items())
+        onnx.save(model, path)
+
+    save(fp32, {"airq.widen.source_sha256": "src", "airq.widen.camera": "144x256"})
+    current = {"airq.quant.source_sha256": sha256_file(fp32), "airq.quant.calibration_episodes": "20 per level"}
+    save(int8, current | INT8_RECIPE_METADATA)
+    assert cached_ok(fp32, int8, "src", "144x256", 20)[:2] == (True, True)
+    save(int8, current | {"airq.quant.scheme": "u8s8", "airq.quant.per_channel": "false"})
+    assert cached_ok(fp32, int8, "src", "144x256", 20)[:2] == (True, False)
+    save(int8, current)  # made before schemes were recorded
+    assert cached_ok(fp32, int8, "src", "144x256", 20)[:2] == (True, False)
