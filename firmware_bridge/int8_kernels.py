@@ -49,15 +49,13 @@ def probe_model_bytes() -> bytes:
 def cpu_int8_features() -> str:
     """The CPU's int8 dot-product instructions as /proc/cpuinfo names them ('avx512_vnni', 'avx2',
     'asimddp', ...), or the architecture when none is known."""
+    from firmware_bridge.device import _read_text
+
     flags: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    flags.update(value.split())
-    except OSError:
-        pass
+    for line in (_read_text("/proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
     known = ("avx512_vnni", "avx_vnni", "avx512bw", "avx2", "i8mm", "asimddp", "asimd")
     present = [f for f in known if f in flags]
     return " ".join(present) if present else platform.machine()

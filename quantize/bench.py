@@ -85,15 +85,14 @@ def bench(paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 10
 
 
 def format_table(rows: list[BenchRow], cold: bool) -> str:
-    from firmware_bridge.device import cpu_model
     from firmware_bridge.int8_kernels import int8_kernels
 
     base = next((r for r in rows if r.precision == "fp32"), rows[0])
     head = f"batch 1, 1 thread, onnxruntime, {rows[0].calls} calls each, interleaved{', cold cache' if cold else ''}; ratios vs {base.path.name}"
-    lines = [head, rows[0].host or f"{cpu_model()}: {int8_kernels().describe()}"]
+    lines = [head, rows[0].host]
     lines += [f"warning: {r.path.name}: not computed exactly here (scheme {r.int8_scheme})" for r in rows
               if r.int8_scheme and not int8_kernels().exact_for(r.int8_scheme)]
-    lines += [ f"{'model':<34} {'precision':<13} {'size':>12} {'p50 us':>9} {'p99 us':>9} {'speedup p50':>12} {'smaller':>8}"]
+    lines += [f"{'model':<34} {'precision':<13} {'size':>12} {'p50 us':>9} {'p99 us':>9} {'speedup p50':>12} {'smaller':>8}"]
     for r in rows:
         lines.append(f"{r.path.name:<34} {r.precision:<13} {r.size_bytes:>12,} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
                      f"{base.p50_us / r.p50_us:>11.2f}x {base.size_bytes / r.size_bytes:>7.2f}x")

@@ -22,43 +22,41 @@ def int8_scheme_from_weights(model: onnx.ModelProto) -> dict | None:
     +-64 can saturate the AVX2 U8S8 kernel (firmware_bridge.int8_kernels); None for a float file."""
     inits = {t.name: t for t in model.graph.initializer}
     types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.input) + list(model.graph.value_info)}
-    largest, weight_types, act_types = 0, set(), set()
     producers = {o: n for n in model.graph.node for o in n.output}
+    largest, weight_types, act_types = 0, set(), set()
+
+    def add_weights(codes: np.ndarray) -> None:
+        nonlocal largest
+        weight_types.add(codes.dtype.name)
+        if codes.dtype == np.int8:
+            largest = max(largest, int(np.abs(codes.astype(np.int16)).max(initial=0)))
+
+    def activation_type(name: str) -> str:
+        """uint8 unless the tensor is declared, or produced with a zero point, of another integer type."""
+        if name in types:
+            return onnx.helper.tensor_dtype_to_np_dtype(types[name]).name
+        node = producers.get(name)
+        zp_index = {"QuantizeLinear": 2, "QGemm": 8}.get(node.op_type) if node is not None else None
+        zp = inits.get(node.input[zp_index]) if zp_index is not None and len(node.input) > zp_index else None
+        return onnx.helper.tensor_dtype_to_np_dtype(zp.data_type).name if zp is not None else "uint8"
+
     for node in model.graph.node:
-        if node.op_type not in INTEGER_MATMULS:
-            continue
-        w_index, a_index = INTEGER_MATMULS[node.op_type]
-        w = inits.get(node.input[w_index]) if len(node.input) > w_index else None
-        if w is None:
-            continue
-        codes = numpy_helper.to_array(w)
-        weight_types.add(codes.dtype.name)
-        if codes.dtype == np.int8:
-            largest = max(largest, int(np.abs(codes.astype(np.int16)).max(initial=0)))
-        if a_index is None:
-            act_types.add("uint8")  # DynamicQuantizeMatMul quantizes its float input to uint8
-            continue
-        a = node.input[a_index]
-        if a in types:
-            act_types.add(onnx.helper.tensor_dtype_to_np_dtype(types[a]).name)
-        elif a in producers and producers[a].op_type in ("QuantizeLinear", "QGemm", "DynamicQuantizeLinear"):
-            zp = producers[a].input[2] if len(producers[a].input) > 2 else (producers[a].input[8] if len(producers[a].input) > 8 else "")
-            t = inits.get(zp)
-            act_types.add(onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name if t is not None else "uint8")
-        else:
-            act_types.add("uint8")
-    for node in model.graph.node:  # QDQ: int8 weights reach a float Gemm/MatMul through DequantizeLinear
-        if node.op_type != "DequantizeLinear" or node.input[0] not in inits:
-            continue
-        codes = numpy_helper.to_array(inits[node.input[0]])
-        if codes.dtype not in (np.int8, np.uint8) or codes.ndim != 2:
-            continue
-        weight_types.add(codes.dtype.name)
-        if codes.dtype == np.int8:
-            largest = max(largest, int(np.abs(codes.astype(np.int16)).max(initial=0)))
-        # onnxruntime fuses QDQ into its integer kernels at load; on x86 int8 activations are shifted to
-        # uint8 first (measured: S8S8 QDQ gives the same saturated logits as U8S8), so count them as uint8
-        act_types.add("uint8")
+        if node.op_type in INTEGER_MATMULS:
+            w_index, a_index = INTEGER_MATMULS[node.op_type]
+            w = inits.get(node.input[w_index]) if len(node.input) > w_index else None
+            if w is None:
+                continue
+            add_weights(numpy_helper.to_array(w))
+            # DynamicQuantizeMatMul quantizes its float input to uint8 itself
+            act_types.add("uint8" if a_index is None else activation_type(node.input[a_index]))
+        elif node.op_type == "DequantizeLinear" and node.input[0] in inits:
+            # QDQ: weights reach a float Gemm/MatMul through DequantizeLinear; onnxruntime fuses them into its
+            # integer kernels at load, and on x86 shifts int8 activations to uint8 first (measured: S8S8 QDQ gives
+            # the same saturated logits as U8S8), so the activations count as uint8
+            codes = numpy_helper.to_array(inits[node.input[0]])
+            if codes.dtype in (np.int8, np.uint8) and codes.ndim == 2:
+                add_weights(codes)
+                act_types.add("uint8")
     if not weight_types:
         return None
     act = "s8" if act_types == {"int8"} else "u8"

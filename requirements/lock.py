@@ -91,8 +91,11 @@ def render(have: dict[str, tuple[str, str]]) -> str:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["write"] and len(argv) <= 2:
         path = Path(argv[1]) if len(argv) == 2 else LOCK
-        path.write_text(render(installed()))
-        print(f"wrote {path} ({len(installed())} distributions)")
+        have = installed()
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(render(have))
+        tmp.replace(path)  # atomic: a failed write never leaves a half lock
+        print(f"wrote {path} ({len(have)} distributions)")
         return 0
     if argv == ["check"]:
         diff = differences(installed(), read_lock())
