@@ -136,7 +136,8 @@ def print_table(report: dict) -> None:
               f"{s['timeout_rate']:>9.1%}{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}")
     for name, d in report.get("paired_vs_first", {}).items():
         print(f"paired {name} - {d['first']}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
-              f"only first {d['only_first']}, only second {d['only_second']}, McNemar p={d['mcnemar_p']:.3g}")
+              f"solved only by {d['first']} {d['only_first']}, only by {name} {d['only_second']}, "
+              f"McNemar p={d['mcnemar_p']:.3g}")
 
 
 def main(argv: list[str] | None = None) -> int:
