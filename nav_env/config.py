@@ -18,13 +18,15 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from airq_cli import UserError
+
 # Levels ship inside the package (package data); AIRQ_CONFIG_DIR=DIR overrides with DIR/levels/*.toml.
 LEVEL_DIR: Traversable = (
     Path(os.environ["AIRQ_CONFIG_DIR"]) / "levels" if os.environ.get("AIRQ_CONFIG_DIR") else files("nav_env") / "levels"
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value is missing, unknown or out of range."""
 
 

@@ -1,23 +1,8 @@
-"""User errors: reported as one line on stderr with exit code 2, never a traceback."""
+"""The policies CLIs' user errors: airq_cli's (one line, exit 2), under the names this package used."""
 from __future__ import annotations
 
-import sys
-from typing import Callable
+from airq_cli import UserError, run
 
+run_cli = run  # policies.errors.run_cli(main, argv): kept for callers and tests that use the old name
 
-class UserError(Exception):
-    """Bad input from the user (a path, a name, a mismatch): printed as one line, exit code 2."""
-
-
-def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Call ``main`` and turn a UserError (or the env's ConfigError) into 'error: ...' and exit code 2."""
-    from nav_env.config import ConfigError
-
-    try:
-        return main(argv)
-    except (UserError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+__all__ = ["UserError", "run_cli"]
