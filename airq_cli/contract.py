@@ -27,10 +27,13 @@ def error_line(error: BaseException | str) -> str:
 
 def run(main: Callable[[list[str] | None], int], argv: list[str] | None = None,
         failures: tuple[type[BaseException], ...] = ()) -> int:
-    """Call ``main(argv)``; a UserError becomes one line and exit 2, one of ``failures`` one line and
-    exit 1, Ctrl-C exit 130. Anything else is a bug and keeps its traceback."""
+    """Call ``main(argv)`` and return its exit code: a UserError becomes one line and exit 2, one of
+    ``failures`` one line and exit 1, Ctrl-C exit 130, argparse's exit (--help, a bad flag) its code,
+    so in-process callers always get an int. Anything else is a bug and keeps its traceback."""
     try:
         return main(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_OK if e.code is None else EXIT_FAILURE
     except UserError as e:
         print(error_line(e), file=sys.stderr)
         return EXIT_USAGE

@@ -5,6 +5,7 @@ import argparse
 import copy
 import dataclasses
 import sys
+from pathlib import PurePath
 from typing import Any, NoReturn
 
 from airq_cli.contract import EXIT_USAGE, error_line
@@ -15,7 +16,7 @@ MODULE_PREFIX = "python -m "
 def default_note(action: argparse.Action) -> str:
     """`` (default: X)`` for an action whose default means something, else ""."""
     default = action.default
-    if default is None or default is argparse.SUPPRESS or action.help == argparse.SUPPRESS:
+    if default is None or default is argparse.SUPPRESS or action.help == argparse.SUPPRESS or action.required:
         return ""
     if not action.option_strings and action.nargs not in ("?", "*"):
         return ""  # a required positional has no default to show
@@ -73,9 +74,24 @@ class _SubParser(ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def defaults_from(parser: argparse.ArgumentParser, cls: type) -> argparse.ArgumentParser:
-    """Take each flag's default from the dataclass field of the same name, so it is written once."""
-    instance = cls()
-    known = {a.dest for a in parser._actions}  # noqa: SLF001 - argparse has no public list of dests
-    parser.set_defaults(**{f.name: getattr(instance, f.name) for f in dataclasses.fields(cls) if f.name in known})
+def defaults_from(parser: argparse.ArgumentParser, cls: type, names: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """Take each flag's default from the dataclass field of the same name (or ``names[dest]``), so it
+    is written once. Paths become strings so that ``type=output_dir`` checks them like typed values."""
+    # append actions add to their default: a dataclass's list default would be kept under the user's values
+    field_of = {a.dest: (names or {}).get(a.dest, a.dest) for a in parser._actions  # noqa: SLF001 - no public list
+                if not isinstance(a, argparse._AppendAction)}  # noqa: SLF001
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    defaults = {}
+    for dest, name in field_of.items():
+        f = fields.get(name)
+        if f is None:
+            continue
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            continue  # a required field: the flag says required=True itself
+        defaults[dest] = str(value) if isinstance(value, PurePath) else value
+    parser.set_defaults(**defaults)
     return parser

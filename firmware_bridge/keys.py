@@ -25,7 +25,7 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
-from firmware_bridge.cli import OneLineArgumentParser, fail
+from firmware_bridge.cli import OneLineArgumentParser, UsageError, check_output_dir, fail
 
 PROG = "firmware_bridge.keys"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -45,7 +45,10 @@ def create_key_pair(directory: str | os.PathLike[str], name: str) -> tuple[Path,
     if not _NAME_RE.match(name):
         raise KeyFileError(f"key name {name!r} must be letters, digits, '_', '-' or '.' (at most 64)")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. a file of that name: FileExistsError, which is no traceback's business
+        raise KeyFileError(f"cannot make key directory {directory}: {exc.strerror or exc}") from None
     public, secret = directory / f"{name}.key", directory / f"{name}.key_secret"
     for path in (public, secret):
         if path.exists():
@@ -111,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directory", help="where to write NAME.key and NAME.key_secret")
     parser.add_argument("names", nargs="+", metavar="NAME", help="e.g. bridge host")
     args = parser.parse_args(argv)
+    try:
+        check_output_dir(args.directory)
+    except UsageError as exc:
+        fail(str(exc), prog=PROG)
     if not curve_available():
         fail("this libzmq has no CURVE support (pyzmq wheels do; a distro libzmq may not)", prog=PROG)
     for name in args.names:

@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, ArgumentParser, error_line, run
 from firmware_bridge.launcher import BridgeStartError
 
 SUITE = "bookworm"  # Debian 12, like Raspberry Pi OS bookworm: Python 3.11, glibc 2.36
@@ -531,7 +532,7 @@ def emulated_bridge_command(argv: list[str], cpu: str | None = None) -> list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hil.arm", description="The bridge's aarch64 stack under qemu emulation.")
+    p = ArgumentParser(prog="python -m hil.arm", description="The bridge's aarch64 stack under qemu emulation.")
     p.add_argument("--cpu", choices=tuple(CPUS), help=f"qemu CPU model (default: AIRQ_ARM_CPU, else {CPU})")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare", help="build or reuse the arm64 root filesystem and wheels, and check them")
@@ -543,11 +544,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack = prepare(cpu=a.cpu)
     except ArmSetupError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        print(error_line(e), file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("interrupted: nothing half-built was kept; run again to prepare", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if a.cmd == "prepare":
         print(f"rootfs: {stack.rootfs}\nwheels: {stack.site}\nqemu: {stack.qemu} -cpu {stack.cpu}")
     elif a.cmd == "command":
@@ -559,4 +560,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -28,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from airq_cli import EXIT_FAILURE, ArgumentParser, UserError, error_line, output_file, run
 from hil.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.profiles import get_profile
 from hil.report import percentiles_us, summarize_run
 from hil.run import Device, RunArgs
-from nav_env.config import ConfigError, load_level
+from nav_env.config import load_level
 from nav_env.env import NavEnv
 from nav_env.render import write_atomic
 
@@ -97,7 +98,7 @@ def _median(values: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hil.bench", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m hil.bench", description=__doc__.split("\n")[0])
     p.add_argument("--policy", action="append", help="ONNX policy (repeatable); default: the shipped models present")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3, help="closed loop + echo runs per policy, interleaved (default 3)")
@@ -107,12 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-echo", action="store_true", help="skip the bare ZeroMQ + msgpack echo loops")
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     a = p.parse_args(argv)
     policies = a.policy or [m for m in SHIPPED if Path(m).is_file()]
     if not policies:
-        print("error: no policy given and no shipped model found in models/; pass --policy FILE", file=sys.stderr)
-        return 2
+        raise UserError("no policy given and no shipped model found in models/; pass --policy FILE")
     missing = [m for m in policies if not Path(m).is_file()]
     spins = a.spin_us or [DEFAULT_SPIN_US]
     problem = (f"policy file not found: {missing[0]}" if missing else "--episodes must be >= 1" if a.episodes < 1
@@ -120,13 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                else "--spin-us must be >= 0 microseconds" if not all(s >= 0 for s in spins)
                else "--spin-us values must differ" if len(set(spins)) != len(spins) else None)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_level(a.level)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise UserError(problem)
+    cfg = load_level(a.level)
     runs: dict[tuple[str, float], list[dict[str, Any]]] = {(path, s): [] for path in policies for s in spins}
     samples: dict[tuple[str, float], dict[str, list[int]]] = {
         key: {"rtt": [], "infer": [], "echo": []} for key in runs
@@ -169,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[(path, spin)][-1]["in_process_hz"] = local_hz
                     runs[(path, spin)][-1]["in_process_inference_p50_us"] = local_infer["p50"]
     except BridgeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        print(error_line(e), file=sys.stderr)
+        return EXIT_FAILURE
     finally:
         if echo_client is not None:
             echo_client.close()
@@ -240,4 +235,4 @@ def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[f
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

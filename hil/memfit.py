@@ -43,13 +43,15 @@ from typing import Any
 
 import numpy as np
 
-USAGE_EXIT = 2
+from airq_cli import EXIT_USAGE, ArgumentParser, UserError, defaults_from, output_dir, run
+
+USAGE_EXIT = EXIT_USAGE  # the name this module used
 MB = 1024 * 1024
 PI3B_MEMORY_MB = 900  # the seed's Raspberry Pi 3b: 1 GB, about 900 MB usable
 CONTROL_DEADLINE_MS = 80.0  # 80% of the 100 ms control period (hil.loop.DEADLINE_FRACTION)
 
 
-class MemfitError(ValueError):
+class MemfitError(UserError, ValueError):
     """Bad input: one line, exit 2."""
 
 
@@ -565,32 +567,28 @@ def _camera(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise MemfitError(f"{self.prog}: {message}")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m hil.memfit", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m hil.memfit", description=__doc__.split("\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare")
     p.add_argument("--memory-mb", action="append", metavar="MB[:SWAP_MB]",
                    help="RAM limit of a constrained run (default 900: a Pi 3b), optionally with its own swap (900:0 = none); "
                    "repeat for several runs")
-    p.add_argument("--swap-mb", type=int, default=2048, help="swap a constrained bridge may use unless its --memory-mb says "
+    p.add_argument("--swap-mb", type=int, help="swap a constrained bridge may use unless its --memory-mb says "
                    "(0: none, so OOM at the limit)")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--level", default="default")
+    p.add_argument("--episodes", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--level")
     p.add_argument("--camera", type=_camera, help="HEIGHTxWIDTH (default: each model's own, from its metadata)")
-    p.add_argument("--cpu", type=int, default=0, help="core to pin the bridge to (-1: not pinned)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cpu", type=int, help="core to pin the bridge to (-1: not pinned)")
+    p.add_argument("--threads", type=int)
     p.add_argument("--rate-hz", type=float, help="pace the loop (late acts fly hover); default lockstep")
     p.add_argument("--max-steps", type=int, help="episode length cap (default: the level's)")
-    p.add_argument("--load-timeout-s", type=float, default=900.0)
-    p.add_argument("--time-budget-s", type=float, default=900.0,
+    p.add_argument("--load-timeout-s", type=float)
+    p.add_argument("--time-budget-s", type=float,
                    help="per run: start no new episode after this long flying (a thrashing bridge takes seconds per act)")
     p.add_argument("--no-baseline", action="store_true", help="skip the unconstrained runs")
-    p.add_argument("--out", default="out/memfit/run")
+    p.add_argument("--out", type=output_dir, help="folder for memfit.json, memfit.md and the figure")
+    defaults_from(p, MemfitConfig, names={"out": "out_dir"})  # each default written once, in MemfitConfig
     a = p.parse_args(argv)
     run_memory_fit(a.model, a.memory_mb or [PI3B_MEMORY_MB], a.swap_mb, a.episodes, a.camera, a.seed, a.out, level=a.level,
                    cpu=None if a.cpu == -1 else a.cpu, threads=a.threads, rate_hz=a.rate_hz, max_steps=a.max_steps,
@@ -602,16 +600,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli(argv: list[str] | None = None) -> int:
-    try:
-        return main(argv)
-    except MemfitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return USAGE_EXIT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-
-
 if __name__ == "__main__":
-    sys.exit(cli())
+    sys.exit(run(main))

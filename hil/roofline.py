@@ -19,7 +19,6 @@ only then shows a prediction for a real Pi (hil/profiles.toml, with cited figure
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -27,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from airq_cli import ArgumentParser, UserError, output_file, run
 
 AGREEMENT = 2.0  # predicted vs measured must agree within this factor before a Pi prediction is shown
 DRAM_BYTES = 256 * 2**20  # working set far beyond any cache: DRAM bandwidth
@@ -201,11 +202,11 @@ def predict_device(cost: ModelCost, profile) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hil.roofline", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m hil.roofline", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="measure this machine (run it pinned to one core)")
     m.add_argument("--sizes", type=int, nargs="*", default=[], help="working-set sizes in bytes")
-    m.add_argument("--out", required=True)
+    m.add_argument("--out", required=True, type=output_file, help="JSON file for the figures")
     c = sub.add_parser("cost", help="weight bytes, multiply-adds and precision of ONNX models")
     c.add_argument("models", nargs="+")
     args = p.parse_args(argv)
@@ -214,12 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 print(path, json.dumps(asdict(model_cost(path))))
             except (OSError, ValueError) as e:
-                print(f"error: {path}: {e}", file=sys.stderr)
-                return 2
+                raise UserError(f"{path}: {e}") from None
         return 0
     if any(s <= 0 for s in args.sizes):
-        print("error: --sizes must be positive byte counts", file=sys.stderr)
-        return 2
+        raise UserError("--sizes must be positive byte counts")
     from nav_env.render import write_atomic
 
     write_atomic(args.out, json.dumps(measure_machine(args.sizes), indent=1).encode())
@@ -227,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

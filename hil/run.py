@@ -15,7 +15,6 @@ interrupted run loses nothing finished and --resume continues it; see docs/relia
 """
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UserError, defaults_from, error_line, output_dir
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
@@ -45,7 +45,7 @@ from hil.report import (
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
 
-USAGE_EXIT, FAILURE_EXIT = 2, 1
+USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names hil.study and tests use
 
 
 @dataclass
@@ -77,48 +77,45 @@ class RunArgs:
     resume: bool = False  # continuing the run logged in ``out``
 
 
-class UserError(Exception):
-    """A mistake in the command line or its files: one line, exit 2."""
-
-
 def parse_args(argv: list[str] | None) -> RunArgs:
-    p = argparse.ArgumentParser(prog="python -m hil.run", description=__doc__.split("\n")[0],
+    p = ArgumentParser(prog="python -m hil.run", description=__doc__.split("\n")[0],
                                 epilog="python -m hil.run --resume DIR [--quiet] continues an interrupted run from DIR/run.jsonl "
                                        "(same arguments, same seeds, finished episodes skipped).")
     p.add_argument("--policy", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare (the first is the baseline)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
     where.add_argument("--sim-only", action="store_true", help="run the bridge here as a local process with mock hardware")
-    p.add_argument("--port", type=int, default=5555)
-    p.add_argument("--profile", default="native", help="--sim-only resource profile (hil/profiles.toml)")
+    p.add_argument("--port", type=int)
+    p.add_argument("--profile", help="--sim-only resource profile (hil/profiles.toml)")
     p.add_argument("--threads", type=int, help="onnxruntime threads of the local bridge")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--level", default="default")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--episodes", type=int)
+    p.add_argument("--level")
+    p.add_argument("--seed", type=int)
     p.add_argument("--rate-hz", type=float, help="pace the loop at this rate (default: free-running)")
-    p.add_argument("--backend", choices=BACKENDS, default="embedded", help="simulator backend (default: embedded)")
-    p.add_argument("--airsim-host", default="127.0.0.1", help="AirSim / Cosys-AirSim server (with --backend airsim)")
-    p.add_argument("--airsim-port", type=int, default=41451)
+    p.add_argument("--backend", choices=BACKENDS, help="simulator backend")
+    p.add_argument("--airsim-host", help="AirSim / Cosys-AirSim server (with --backend airsim)")
+    p.add_argument("--airsim-port", type=int)
     p.add_argument("--airsim-scene", help="file describing the AirSim map's obstacles (docs/airsim.md); without it episodes have none")
     p.add_argument("--airsim-lockstep", action="store_true", help="pause AirSim between control steps")
-    p.add_argument("--device-arch", choices=("native", "aarch64"), default="native",
+    p.add_argument("--device-arch", choices=("native", "aarch64"),
                    help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)")
-    p.add_argument("--timeout", dest="timeout_s", type=float, default=1.0, help="seconds per request before a retry")
+    p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per request before a retry")
     p.add_argument("--deadline-ms", type=float, help="act deadline; a miss flies hover for that step "
                    "(default: 80%% of the control period, --rate-hz or the simulator's dt)")
-    p.add_argument("--max-outage-s", type=float, default=MAX_OUTAGE_S, help="give up after this long without the bridge")
+    p.add_argument("--max-outage-s", type=float, help="give up after this long without the bridge")
     p.add_argument("--max-steps", type=int, help="episode length limit (default: the level's task.max_steps)")
     p.add_argument("--bridge-key", metavar="FILE", help="CurveZMQ: the bridge's public key (bridge.key); with --client-key")
     p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this host's key pair (host.key_secret)")
-    p.add_argument("--out", default="out/hil")
+    p.add_argument("--out", type=output_dir, help="folder for run.jsonl, report.json and the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    defaults_from(p, RunArgs)  # each default written once, in RunArgs
     return RunArgs(**vars(p.parse_args(argv)))
 
 
 def parse_resume_args(argv: list[str]) -> RunArgs:
     """``--resume DIR [--quiet]``: everything else comes from DIR/run.jsonl's header."""
-    p = argparse.ArgumentParser(prog="python -m hil.run --resume", description="Continue an interrupted run.")
-    p.add_argument("--resume", required=True, metavar="DIR", help="output directory of the interrupted run")
+    p = ArgumentParser(prog="python -m hil.run --resume", description="Continue an interrupted run.")
+    p.add_argument("--resume", required=True, type=output_dir, metavar="DIR", help="output directory of the interrupted run")
     p.add_argument("--quiet", action="store_true")
     ns = p.parse_args(argv)
     log_path = Path(ns.resume) / RUN_LOG
@@ -404,11 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_resume_args(argv) if "--resume" in argv else parse_args(argv)
-    except SystemExit as e:
+    except SystemExit as e:  # argparse: --help, or a bad flag already reported in one line
         return int(e.code or 0)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return USAGE_EXIT
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         signal.signal(signal.SIGTERM, _terminate)
     resume_hint = f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
@@ -420,16 +417,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return USAGE_EXIT
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     except (BridgeError, BridgeStartError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         if episodes_logged():
             print(resume_hint, file=sys.stderr)
-        return FAILURE_EXIT
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print(f"interrupted: {resume_hint}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

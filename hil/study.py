@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, defaults_from, error_line, output_dir
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil import roofline, study_memory
@@ -64,7 +65,7 @@ from nav_env.config import ConfigError, load_level
 from nav_env.render import write_atomic
 from nav_env.stats import wilson_interval
 
-USAGE_EXIT, FAILURE_EXIT = 2, 1
+USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names callers and tests use
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "models" / f"policy{i}_{p}.onnx" for i in (1, 2, 3) for p in PRECISIONS]
@@ -110,37 +111,39 @@ class StudyArgs:
 
 
 def parse_args(argv: list[str] | None) -> StudyArgs:
-    p = argparse.ArgumentParser(prog="python -m hil.study", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m hil.study", description=__doc__.split("\n")[0])
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
     where.add_argument("--sim-only", action="store_true", help="run each bridge here as a local process with mock hardware")
-    p.add_argument("--port", type=int, default=5555)
+    p.add_argument("--port", type=int)
     p.add_argument("--profile", help="--sim-only: resource profile (hil/profiles.toml; default native); "
                                      "--host: the board, for its roofline figures")
     p.add_argument("--models", nargs="+", metavar="FILE", help="ONNX models named GROUP_PRECISION.onnx "
                    f"(PRECISION: {', '.join(PRECISIONS)}); each group needs its fp32 (default: the 12 shipped models)")
-    p.add_argument("--episodes", type=int, default=100, help="seeded episodes per model and level")
-    p.add_argument("--levels", nargs="+", default=["default", "hard"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timing-acts", type=int, default=200, help="timing pass: acts per model per round")
-    p.add_argument("--timing-rounds", type=int, default=10, help="timing pass: rounds (models interleaved in each)")
-    p.add_argument("--out", default="out/study")
+    p.add_argument("--episodes", type=int, help="seeded episodes per model and level")
+    p.add_argument("--levels", nargs="+")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--timing-acts", type=int, help="timing pass: acts per model per round")
+    p.add_argument("--timing-rounds", type=int, help="timing pass: rounds (models interleaved in each)")
+    p.add_argument("--out", type=output_dir, help="folder for study.json, study.md, the figures and cells/")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     m = p.add_argument_group("memory stage (does an Air Learning-sized Policy III fit the device's RAM? docs/study.md)")
-    m.add_argument("--memory-study", action=argparse.BooleanOptionalAction, default=None,
+    m.add_argument("--memory-study", action=argparse.BooleanOptionalAction,
                    help="run it (default: with --host, a report of the device's RAM; sim-only, when the profile has a memory size)")
-    m.add_argument("--memory-source", default=str(study_memory.DEFAULT_SOURCE), metavar="FILE",
+    m.add_argument("--memory-source", metavar="FILE",
                    help="fp32 policy to widen to the large camera (default: models/policy3_fp32.onnx)")
-    m.add_argument("--memory-camera", default="144x256", metavar="HxW", help="large depth image (default: Air Learning's 144x256)")
+    m.add_argument("--memory-camera", metavar="HxW", help="large depth image (default: Air Learning's 144x256)")
     m.add_argument("--memory-limits", nargs="+", metavar="MB[:SWAP_MB]",
                    help="RAM limits (default: the profile's size with swap, without swap, and 512 MB with swap)")
-    m.add_argument("--memory-swap-mb", type=int, default=2048, help="swap of a limit that does not give its own")
-    m.add_argument("--memory-episodes", type=int, default=5, help="seeded episodes per memory run")
-    m.add_argument("--memory-thrash-acts", type=int, default=8,
+    m.add_argument("--memory-swap-mb", type=int, help="swap of a limit that does not give its own")
+    m.add_argument("--memory-episodes", type=int, help="seeded episodes per memory run")
+    m.add_argument("--memory-thrash-acts", type=int,
                    help="acts flown under a limit at or below the model's weight bytes (each pages the weights back in)")
-    m.add_argument("--memory-calibration-episodes", type=int, default=20, help="calibration episodes of the large model's int8")
-    m.add_argument("--memory-cache", default=str(study_memory.DEFAULT_CACHE), metavar="DIR",
+    m.add_argument("--memory-calibration-episodes", type=int, help="calibration episodes of the large model's int8")
+    m.add_argument("--memory-cache", metavar="DIR",
                    help="where the large models are kept between studies (default .cache/study-memory)")
+    defaults_from(p, StudyArgs)  # each default written once, in StudyArgs
+    p.set_defaults(models=None)  # shown as "the 12 shipped models", filled in below
     ns = vars(p.parse_args(argv))
     if ns["models"] is None:
         ns["models"] = [str(m) for m in SHIPPED]
@@ -841,27 +844,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         groups, profile, memory_plan = check_args(args)
-    except SystemExit as e:
+    except SystemExit as e:  # argparse: --help, or a bad flag already reported in one line
         return int(e.code or 0)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return USAGE_EXIT
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     study = Study(args, groups, profile, memory_plan)
     try:
         return study.run()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return USAGE_EXIT
+        print(error_line(e), file=sys.stderr)
+        return EXIT_USAGE
     except (BridgeError, BridgeStartError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         _save_partial(study)
-        return FAILURE_EXIT
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         _save_partial(study)
         print(f"interrupted: finished cells are kept in {args.out}; run the same command again to continue", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _save_partial(study: Study) -> None:

@@ -13,7 +13,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import argparse
 import json
 import platform
 import sys
@@ -23,7 +22,8 @@ from statistics import median
 import gymnasium as gym
 import numpy as np
 
-from nav_env.config import ConfigError, camera_overrides, load_level
+from airq_cli import ArgumentParser, UserError, output_file, run
+from nav_env.config import camera_overrides, load_level
 from nav_env.env import NavEnv
 from nav_env.render import write_atomic
 from nav_env.vector import NavVectorEnv
@@ -60,23 +60,18 @@ def bench_vector(envs, num_envs: int, seconds: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m nav_env.bench", description=__doc__.split("\n")[0])
     p.add_argument("--level", default="default")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     p.add_argument("--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)")
     args = p.parse_args(argv)
     if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1:
-        print("error: --num-envs, --seconds and --rounds must be positive", file=sys.stderr)
-        return 2
-    try:
-        overrides = camera_overrides(args.camera) if args.camera else None
-        load_level(args.level, overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise UserError("--num-envs, --seconds and --rounds must be positive")
+    overrides = camera_overrides(args.camera) if args.camera else None
+    load_level(args.level, overrides)
 
     native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides)
     sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level, overrides=overrides) for _ in range(args.num_envs)])
@@ -113,4 +108,4 @@ def _cpu_name() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -5,30 +5,27 @@ saved as a PNG (map with path, depth image) and the first as a GIF.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from airq_cli import ArgumentParser, UserError, output_dir, run
 from nav_env.baselines import HeuristicPolicy
-from nav_env.config import ConfigError
 from nav_env.env import NavEnv
 from nav_env.render import save_gif, save_png
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m nav_env.demo", description=__doc__.split("\n")[0])
     p.add_argument("--level", default="default")
     p.add_argument("--episodes", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="out/demo")
+    p.add_argument("--out", type=output_dir, default="out/demo", help="folder for the PNGs and the GIF")
     args = p.parse_args(argv)
-    try:
-        env = NavEnv(args.level, render_mode="rgb_array")
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    env = NavEnv(args.level, render_mode="rgb_array")  # a bad level is a ConfigError: one line, exit 2
     policy = HeuristicPolicy(env.cfg)
     out = Path(args.out)
     for ep in range(args.episodes):
@@ -51,4 +48,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -8,14 +8,14 @@ Episode ``j`` is ``reset(seed=seed + j)`` for every policy, so results pair up. 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from airq_cli import ArgumentParser, UserError, output_dir, run
 from nav_env.baselines import BASELINES
-from nav_env.config import ConfigError, load_level
+from nav_env.config import load_level
 from nav_env.render import write_atomic
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
@@ -30,26 +30,20 @@ def progress(iterable, total: int, desc: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m nav_env.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--policy", nargs="+", default=["heuristic", "random"], help=f"any of {sorted(BASELINES)}")
     p.add_argument("--level", default="default")
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-envs", type=int, default=32)
-    p.add_argument("--out", default="out/baselines")
+    p.add_argument("--out", type=output_dir, default="out/baselines", help="folder for baselines_LEVEL.json")
     args = p.parse_args(argv)
-    try:
-        cfg = load_level(args.level)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cfg = load_level(args.level)
     unknown = [name for name in args.policy if name not in BASELINES]
     if unknown:
-        print(f"error: unknown baseline policy {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})", file=sys.stderr)
-        return 2
+        raise UserError(f"unknown baseline policy {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
     if args.episodes < 1 or args.num_envs < 1:
-        print("error: --episodes and --num-envs must be >= 1", file=sys.stderr)
-        return 2
+        raise UserError("--episodes and --num-envs must be >= 1")
 
     report: dict = {"level": cfg.level, "episodes": args.episodes, "seed": args.seed, "policies": {}}
     outcomes = {}
@@ -80,4 +74,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.config import RUN_CHECKPOINTS  # noqa: F401 - re-exported: callers import it from here
 from policies.errors import UserError
 
-RUN_CHECKPOINTS = ("best", "final", "latest")
 
 
 class DiscreteActor(nn.Module):

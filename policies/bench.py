@@ -11,37 +11,38 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-import torch
-from stable_baselines3.common.callbacks import BaseCallback
-
+from airq_cli import ArgumentParser, output_file, run
 from nav_env.render import write_atomic
 from policies.config import TrainConfig, load_toml, replace
-from policies.errors import UserError, run_cli
+from policies.errors import UserError
 from policies.machine import machine_info
 from policies.presets import PRESETS, check_algorithm, get_preset
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "train"
 
 
-class RolloutClock(BaseCallback):
-    """Timestamps at the start of every rollout: the interval between two covers one rollout plus
-    the update that follows it."""
+def rollout_clock():
+    """A callback timestamping the start of every rollout: the interval between two covers one
+    rollout plus the update that follows it. Built here so SB3 loads only once a bench runs."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
-    def __init__(self):
-        super().__init__()
-        self.marks: list[tuple[float, int]] = []
+    class RolloutClock(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.marks: list[tuple[float, int]] = []
 
-    def _on_rollout_start(self) -> None:
-        self.marks.append((time.perf_counter(), self.num_timesteps))
+        def _on_rollout_start(self) -> None:
+            self.marks.append((time.perf_counter(), self.num_timesteps))
 
-    def _on_step(self) -> bool:
-        return True
+        def _on_step(self) -> bool:
+            return True
+
+    return RolloutClock()
 
 
 def preset_config(preset: str, algo: str) -> TrainConfig:
@@ -58,7 +59,7 @@ def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
     model = build_model(cfg, venv, tb_dir=None)
     per_rollout = cfg.num_envs * (cfg.n_steps if cfg.algo != "dqn" else 1)
     steps = per_rollout * (rollouts + 1) if cfg.algo != "dqn" else max(cfg.learning_starts + 20_000, 40_000)
-    clock = RolloutClock()
+    clock = rollout_clock()
     t0 = time.perf_counter()
     model.learn(steps, callback=clock)
     t_end, n_end = time.perf_counter(), model.num_timesteps
@@ -72,18 +73,20 @@ def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.bench", description=__doc__.split("\n")[0])
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--algo", default="ppo")
     p.add_argument("--rollouts", type=int, default=3, help="measured rollouts (+ updates) per preset, after one warm-up")
     p.add_argument("--torch-threads", type=int, default=1)
-    p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     args = p.parse_args(argv)
     for name in args.presets:
         get_preset(name)
     check_algorithm(args.algo)
     if args.rollouts < 1 or args.torch_threads < 1:
         raise UserError("--rollouts and --torch-threads must be >= 1")
+    import torch  # after the argument checks: a wrong flag answers at once
+
     torch.set_num_threads(args.torch_threads)
     results = []
     for name in args.presets:
@@ -107,4 +110,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

@@ -6,15 +6,15 @@
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
 from pathlib import Path
 
+from airq_cli import ArgumentParser, output_file, run
 from firmware_bridge.device import format_versions, package_versions
 from nav_env.render import write_atomic
-from policies.errors import UserError, run_cli
+from policies.errors import UserError
 
 
 def _read_json(path: Path) -> dict:
@@ -152,13 +152,13 @@ def to_markdown(card: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.card", description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True)
     p.add_argument("--onnx", required=True)
     p.add_argument("--eval", required=True, help="JSON written by policies.evaluate")
     p.add_argument("--command", action="append", default=[], help="a command that produced the model (repeatable)")
     p.add_argument("--note", action="append", default=[])
-    p.add_argument("-o", "--output", required=True, help="markdown path; the JSON goes next to it")
+    p.add_argument("-o", "--output", required=True, type=output_file, help="markdown path; the JSON goes next to it")
     args = p.parse_args(argv)
     run, onnx_path, eval_path = Path(args.run), Path(args.onnx), Path(args.eval)
     for path in (run / "metrics.json", onnx_path, eval_path):
@@ -173,4 +173,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

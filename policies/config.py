@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from airq_cli import ArgumentParser, output_dir
 from policies.errors import UserError
 from policies.presets import check_algorithm, get_preset
 
@@ -17,6 +18,8 @@ from policies.presets import check_algorithm, get_preset
 # reported evaluation (policies.evaluate --seed 0, episodes 0..N-1) never share an episode.
 TRAIN_SEED_BASE = 10_000_000
 EVAL_SEED_BASE = 1_000_000
+# which checkpoint of a run directory a tool reads (here, not in policies.actor: parsers must not import torch)
+RUN_CHECKPOINTS = ("best", "final", "latest")
 
 
 @dataclass
@@ -120,13 +123,13 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
-def build_parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def build_parser(description: str, prog: str = "python -m policies.train") -> argparse.ArgumentParser:
+    p = ArgumentParser(prog=prog, description=description)
     p.add_argument("--config", help="TOML file of defaults (configs/train/*.toml); command-line flags override it")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     for f in fields(TrainConfig):
         default = getattr(TrainConfig(), f.name)
-        kind = _bool if isinstance(default, bool) else type(default)
+        kind = _bool if isinstance(default, bool) else output_dir if f.name == "out" else type(default)
         # default=SUPPRESS: only flags the user typed reach the namespace, so they override the TOML
         p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=argparse.SUPPRESS,
                        help=f"(default {default!r})")

@@ -19,24 +19,26 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from gymnasium.vector import AutoresetMode
-from torch import nn
 
+from airq_cli import ArgumentParser, output_dir, run
 from nav_env.config import load_level
 from nav_env.render import write_atomic
 from nav_env.vector import NavVectorEnv
-from policies.actor import actor_from_model, load_run
 from policies.config import TRAIN_SEED_BASE, TrainConfig, load_toml, replace
-from policies.errors import UserError, run_cli
+from policies.errors import UserError
 from policies.machine import machine_info
+
+if TYPE_CHECKING:  # torch loads in functions: a wrong flag is reported before seconds of imports
+    import torch
+    from torch import nn
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train" / "policy3_default.toml"
 
@@ -44,6 +46,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train" / "policy3_de
 def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: int, num_envs: int = 64):
     """Fly a mixture (teacher acts with probability ``teacher_share`` per env-step, else the student)
     and return the visited observations with the teacher's labels."""
+    import torch
+
     env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
@@ -63,6 +67,9 @@ def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: i
 
 def fit(student_modules: nn.Module, student, x: np.ndarray, y: np.ndarray, epochs: int, batch: int,
         optimizer: torch.optim.Optimizer, rng: np.random.Generator) -> dict:
+    import torch
+    from torch import nn
+
     student_modules.train()
     loss_fn = nn.CrossEntropyLoss()
     losses, correct, seen = [], 0, 0
@@ -84,9 +91,9 @@ def fit(student_modules: nn.Module, student, x: np.ndarray, y: np.ndarray, epoch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.distill", description=__doc__.split("\n")[0])
     p.add_argument("--teacher", required=True, help="run directory of the teacher (e.g. runs/policy2_default)")
-    p.add_argument("--out", required=True, help="run directory to create")
+    p.add_argument("--out", required=True, type=output_dir, help="run directory to create")
     p.add_argument("--policy", default="policy3")
     p.add_argument("--iterations", type=int, default=4)
     p.add_argument("--samples-per-iteration", type=int, default=60_000)
@@ -102,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if (out / "state.json").exists():
         raise UserError(f"{out} already holds a run; choose another --out")
+    import torch  # after the argument checks: a wrong flag answers at once
+    from torch import nn
+
+    from policies.actor import actor_from_model, load_run
+
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
 
@@ -164,4 +176,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

@@ -16,7 +16,6 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
 import csv
 import io
 import json
@@ -24,14 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
+from airq_cli import ArgumentParser, output_dir, run
 from nav_env.config import load_level
 from nav_env.render import figure_png, write_atomic
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
-from policies.actor import RUN_CHECKPOINTS
-from policies.errors import UserError, run_cli
+from policies.config import RUN_CHECKPOINTS
+from policies.errors import UserError
 from policies.loading import LoadedPolicy, check_obs_dim, load_policy
 
 SUMMARY_COLUMNS = ("policy", "source", "precision", "episodes", "success_rate", "success_ci_low", "success_ci_high",
@@ -141,18 +139,20 @@ def print_table(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("policy", nargs="+", help="run directory, ONNX file (any precision), or baseline:heuristic / baseline:random")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best", help="which checkpoint of a run directory")
-    p.add_argument("--out", default="out/eval", help="output folder")
+    p.add_argument("--out", type=output_dir, default="out/eval", help="output folder")
     p.add_argument("--name", help="output file stem (default eval_LEVEL_sSEED_nEPISODES)")
     args = p.parse_args(argv)
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
+    import torch  # after the argument checks: a wrong flag answers at once
+
     torch.set_num_threads(1)
     cfg = load_level(args.level)
     policies = [load_policy(spec, args.checkpoint, cfg) for spec in args.policy]
@@ -175,4 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

@@ -10,23 +10,24 @@ exported file itself (onnxruntime, held-out seeds from 1_000_000, never the repo
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from airq_cli import ArgumentParser, output_file, run
 from nav_env import env_id as level_env_id
 from nav_env.actions import N_DISCRETE_ACTIONS, action_table_rows
 from nav_env.config import load_level
 from nav_env.render import write_atomic
 from nav_env.rollout import run_episodes, summarize
-from policies.actor import RUN_CHECKPOINTS, DiscreteActor, actor_from_model, load_run
-from policies.config import EVAL_SEED_BASE
-from policies.errors import UserError, run_cli
+from policies.config import EVAL_SEED_BASE, RUN_CHECKPOINTS
+from policies.errors import UserError
+
+if TYPE_CHECKING:  # torch loads in functions: a wrong flag is reported before seconds of imports
+    from policies.actor import DiscreteActor
 
 OPSET = 17
 MAX_IR_VERSION = 10  # onnxruntime <= 1.31 rejects newer IRs (the locked 1.32.0 takes them): older runtimes load it too
@@ -42,6 +43,7 @@ def observation_layout(cfg) -> str:
 def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
     """Legacy (TorchScript) exporter: a plain Gemm/Relu/ArgMax graph that onnxruntime's quantizer handles."""
     import onnx
+    import torch
 
     buf = io.BytesIO()
     dummy = torch.zeros(2, actor.obs_dim, dtype=torch.float32)
@@ -73,6 +75,7 @@ def with_metadata(onnx_bytes: bytes, meta: dict[str, str]) -> bytes:
 
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", eval_episodes: int = 200) -> dict:
     """Write the run's actor as ONNX with metadata; returns the metadata written."""
+    from policies.actor import actor_from_model, load_run
     from policies.loading import load_onnx
 
     cfg, model, ckpt = load_run(run_dir, checkpoint)
@@ -142,14 +145,16 @@ def _metrics_best(run_dir: Path) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.export", description=__doc__.split("\n")[0])
     p.add_argument("run_dir")
-    p.add_argument("-o", "--output", required=True, help="ONNX file to write, e.g. models/policy1_fp32.onnx")
+    p.add_argument("-o", "--output", required=True, type=output_file, help="ONNX file to write, e.g. models/policy1_fp32.onnx")
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best")
     p.add_argument("--eval-episodes", type=int, default=200, help="episodes for airq.success_rate (0: take metrics.json's)")
     args = p.parse_args(argv)
     if args.eval_episodes < 0:
         raise UserError("--eval-episodes must be >= 0")
+    import torch
+
     torch.set_num_threads(1)
     meta = export_run(args.run_dir, args.output, args.checkpoint, args.eval_episodes)
     size = Path(args.output).stat().st_size
@@ -160,4 +165,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

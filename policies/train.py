@@ -19,18 +19,21 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-
+from airq_cli import check_output_dir, run
 from nav_env.render import write_atomic
 from policies.config import TRAIN_SEED_BASE, TrainConfig, build_parser, from_run_dir, replace, resolve
-from policies.errors import UserError, run_cli
+from policies.errors import UserError
 from policies.presets import get_preset
-from policies.vec_adapter import NavSB3VecEnv
+
+if TYPE_CHECKING:  # torch and SB3 load in functions: a wrong flag is reported before 3-4 s of imports
+    from policies.vec_adapter import NavSB3VecEnv
 
 
 def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
+    from policies.vec_adapter import NavSB3VecEnv
+
     venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate)
     # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
     # episodes rather than replaying the first ones.
@@ -46,6 +49,8 @@ def lr_schedule(cfg: TrainConfig):
 
 
 def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
+    from torch import nn
+
     from policies.actor import algo_class
 
     preset = get_preset(cfg.policy)
@@ -111,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{run_dir} already holds a run: pass --resume to continue it or choose another --out")
         cfg = replace(cfg, out=str(run_dir))
     cfg.env_config(False)  # fail early on a bad level
+    check_output_dir(run_dir, "--out")  # also the default runs/NAME, which argparse never sees
+    import torch
+
     torch.set_num_threads(cfg.torch_threads)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "config.toml", cfg.to_toml().encode())
@@ -128,4 +136,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

@@ -25,7 +25,6 @@ the success rate of both (the source over the same seeds at 32 x 32) is reported
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -38,7 +37,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from policies.errors import UserError, run_cli  # noqa: E402
+from airq_cli import ArgumentParser, output_file, run  # noqa: E402
+from policies.errors import UserError  # noqa: E402
 
 WIDEN_PREFIX = "airq.widen."
 ONNX_MAX_BYTES = 2**31 - 1  # protobuf's 2 GB limit for one serialized ONNX model
@@ -296,15 +296,15 @@ def check_large_policy(model: str | Path, source: str | Path, episodes: int = 50
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m policies.widen", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m policies.widen", description=__doc__.split("\n")[0])
     p.add_argument("source", help="the trained fp32 policy ONNX file (e.g. models/policy3_fp32.onnx)")
     p.add_argument("--camera", help="large depth image HEIGHTxWIDTH, e.g. 144x256 (Air Learning's) or 'airlearning'")
-    p.add_argument("-o", "--output", help="ONNX file to write (generated: keep it under out/ or .cache/, never commit it)")
+    p.add_argument("-o", "--output", type=output_file, help="ONNX file to write (generated: keep it under out/ or .cache/, never commit it)")
     p.add_argument("--check", metavar="MODEL", help="check an existing large model (e.g. its int8) against the source instead of building")
     p.add_argument("--check-episodes", type=int, default=0, help="seeded episodes for agreement and success (0: none)")
     p.add_argument("--seed", type=int, default=0, help="first episode seed of the check")
     p.add_argument("--level", default="default")
-    p.add_argument("--report", help="write the check's figures as JSON here")
+    p.add_argument("--report", type=output_file, help="write the check's figures as JSON here")
     args = p.parse_args(argv)
     if args.check_episodes < 0:
         raise UserError(f"--check-episodes must be >= 0, got {args.check_episodes}")
@@ -336,4 +336,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run(main))

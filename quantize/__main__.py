@@ -1,6 +1,6 @@
 import sys
 
+from airq_cli import run
 from quantize.cli import main
-from quantize.errors import run_cli
 
-sys.exit(run_cli(main))
+sys.exit(run(main))

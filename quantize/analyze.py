@@ -95,12 +95,13 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
 
 
 def run_analyze(source: str, bits: list[int], out: str | None) -> Path:
+    from airq_cli import check_output_dir
     from nav_env.render import write_atomic
 
     name, layers = layer_weights(source)
     bits = sorted(set(bits), reverse=True)
     rows = sqnr_table(layers, bits)
-    out_dir = Path(out or f"out/analyze/{name}")
+    out_dir = check_output_dir(out or f"out/analyze/{name}", "--out")
     hist_png, sqnr_png = plot(layers, bits, rows, name)
     write_atomic(out_dir / "weights.png", hist_png)
     write_atomic(out_dir / "sqnr.png", sqnr_png)

@@ -8,12 +8,8 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from airq_cli import ArgumentParser, output_dir, output_file  # noqa: E402
 from quantize.errors import QuantizeError  # noqa: E402
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2 as well, but prints the whole usage; keep one line
-        raise QuantizeError(f"{self.prog}: {message}")
 
 
 def _bits(text: str) -> int:
@@ -33,13 +29,13 @@ def _method(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m quantize", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = ArgumentParser(prog="python -m quantize", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("ptq", help="post-training quantization of a policy ONNX file")
     q.add_argument("model")
     q.add_argument("--to", required=True, choices=("int8", "int8-dynamic", "fp16"))
-    q.add_argument("-o", "--output", required=True)
+    q.add_argument("-o", "--output", required=True, type=output_file)
     q.add_argument("--calibration-episodes", type=int, default=100)
     q.add_argument("--seed", type=int, default=None, help="first calibration episode seed (default 2000000)")
     q.add_argument("--level", nargs="+", default=None,
@@ -76,26 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("models", nargs="+")
     b.add_argument("--calls", type=int, default=2000)
     b.add_argument("--cold", action="store_true", help="evict caches before each call (as on a Pi)")
-    b.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    b.add_argument("--json", default=None, type=output_file, help="also write the rows to this JSON file")
 
     c = sub.add_parser("card", help="write a markdown model card for a quantized artifact")
     c.add_argument("model")
     c.add_argument("--eval", nargs="*", default=[], help="policies.evaluate JSON reports that include the model")
     c.add_argument("--bench", default=None, help="a quantize bench --json file")
     c.add_argument("--made-with", default=None, help="the command that made the model, for the card")
-    c.add_argument("-o", "--output", required=True)
+    c.add_argument("-o", "--output", required=True, type=output_file)
 
     a = sub.add_parser("analyze", help="per-layer weight histograms with the n-bit grid, SQNR per layer")
     a.add_argument("model", help="a policy ONNX file or a policies.train run directory")
     a.add_argument("--bits", type=_bits, nargs="+", default=[8, 6, 4, 2])
-    a.add_argument("--out", default=None, help="output folder for the plot and table (default out/analyze/NAME)")
+    a.add_argument("--out", default=None, type=output_dir, help="output folder for the plot and table (default out/analyze/NAME)")
 
     t = sub.add_parser("qat", help="quantization-aware training (seed's Algorithm 2) of a run's actor")
     t.add_argument("run_dir")
     t.add_argument("--bits", type=_bits, required=True)
     t.add_argument("--delay", type=int, default=50_000, help="env steps of range monitoring before freezing")
     t.add_argument("--steps", type=int, default=300_000, help="env steps of QAT fine-tuning")
-    t.add_argument("--out", default=None, help="output folder (default RUN_DIR/qat_{bits}bit)")
+    t.add_argument("--out", default=None, type=output_dir, help="output folder (default RUN_DIR/qat_{bits}bit)")
     t.add_argument("--episodes", type=int, default=200, help="evaluation episodes after training")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--learning-rate", type=float, default=1e-4)
@@ -116,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--level", default=None)
     s.add_argument("--qat-steps", type=int, default=300_000)
     s.add_argument("--qat-delay", type=int, default=50_000)
-    s.add_argument("--out", default=None)
+    s.add_argument("--out", default=None, type=output_dir, help="output folder (default RUN_DIR/sweep)")
     return p
 
 

@@ -170,6 +170,7 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
 
 
 def run_qat_cli(args) -> dict:
+    from airq_cli import check_output_dir
     from nav_env.config import load_level
     from nav_env.render import write_atomic
 
@@ -179,6 +180,7 @@ def run_qat_cli(args) -> dict:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     run_dir = Path(args.run_dir)
     out = Path(args.out or run_dir / f"qat_{args.bits}bit_{args.rounding}{'_bc' if args.bias_correction else ''}")
+    check_output_dir(out, "--out")  # the default under RUN_DIR too, before minutes of training
     res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding,
                     bias_correction=args.bias_correction)
     cfg = load_level(res.run_cfg.level)

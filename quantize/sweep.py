@@ -87,6 +87,9 @@ def run_sweep(args) -> Path:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     for m in args.methods:
         check_method(m)
+    from airq_cli import check_output_dir
+
+    check_output_dir(args.out or Path(args.run_dir) / "sweep", "--out")  # the default under RUN_DIR too
     torch.set_num_threads(1)
     run_dir = Path(args.run_dir)
     run_cfg, model, ckpt = load_run(run_dir, "best")

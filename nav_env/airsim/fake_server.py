@@ -18,16 +18,17 @@ What it is not: Unreal, a flight controller, or AirSim's timing. Time only advan
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import socket
+import sys
 import threading
 from typing import Any, Sequence
 
 import msgpack
 import numpy as np
 
+from airq_cli import ArgumentParser, output_file, run
 from nav_env.arena import Episode, sample_episode
 from nav_env.airsim.scene import Scene, sized_config
 from nav_env.airsim.frames import (
@@ -415,7 +416,7 @@ METHODS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="A scripted stand-in AirSim server (msgpack-rpc) for trying nav_env's AirSim backend.")
+    p = ArgumentParser(prog="python -m nav_env.airsim.fake_server", description="A scripted stand-in AirSim server (msgpack-rpc) for trying nav_env's AirSim backend.")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=41451)
     p.add_argument("--level", default="default", help="level whose arena, camera and dynamics the world uses")
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--scene-seed", type=int, default=None,
                    help="fill the arena with the static obstacles of the episode drawn from this seed (default: empty arena)")
     g.add_argument("--scene", default=None, help="a scene JSON file: {\"cylinders\": [[x, y, r], ...], \"boxes\": [[x0, y0, x1, y1], ...]}")
-    p.add_argument("--write-scene", default=None, metavar="FILE",
+    p.add_argument("--write-scene", type=output_file, default=None, metavar="FILE",
                    help="write the world's obstacles as a scene JSON, for AirSimNavEnv(scene=FILE)")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("W", "H"), default=None, help="depth frame size (default: the level's)")
     args = p.parse_args(argv)
@@ -444,4 +445,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run(main))

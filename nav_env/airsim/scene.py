@@ -69,9 +69,9 @@ class Scene:
         return {"cylinders": [list(c) for c in self.cylinders], "boxes": [list(b) for b in self.boxes]}
 
     def save(self, path: str | os.PathLike) -> Path:
-        p = Path(path)
-        p.write_text(json.dumps(self.to_dict()) + "\n")
-        return p
+        from nav_env.render import write_atomic  # makes the folder, one-line error if it cannot
+
+        return write_atomic(path, (json.dumps(self.to_dict()) + "\n").encode())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(cylinders (Kc, 5) with zero velocity, boxes (Kb, 4)), as in an :class:`Episode`."""
