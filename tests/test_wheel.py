@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("nav_env", "policies", "quantize", "firmware_bridge", "hil")
+# pyproject's [tool.setuptools.packages.find] include list, read so a new package cannot be forgotten here
+PACKAGES = tuple(p.rstrip("*") for p in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
 DATA_FILES = ("nav_env/levels/default.toml", "nav_env/levels/easy.toml", "nav_env/levels/hard.toml", "hil/profiles.toml")
 
 FLY = r"""
