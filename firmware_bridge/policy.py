@@ -26,6 +26,7 @@ import numpy as np
 import onnxruntime as ort
 
 from firmware_bridge.device import process_memory_bytes
+from firmware_bridge.model_check import UnsafeModel, check_self_contained
 from firmware_bridge.protocol import SETPOINT_DIM, ErrorCode, ProtocolError, parse_action_space, sha256_hex
 
 ACTION_OUTPUT = "action"
@@ -142,6 +143,11 @@ def load_policy(
             # !r: the declared value is client text and must not put a newline into a reply or the journal
             f"sha256 of the {len(onnx_bytes)} received bytes is {digest}, request says {expected_sha256[:64]!r}",
         )
+    try:
+        # Before onnxruntime sees the bytes: it would open a file an uploaded model names (model_check).
+        check_self_contained(onnx_bytes)
+    except UnsafeModel as exc:
+        raise _bad(str(exc)) from None
     return _load(onnx_bytes, digest, len(onnx_bytes), threads, name)
 
 
