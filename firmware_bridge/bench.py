@@ -28,7 +28,7 @@ import zmq
 
 from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
 from firmware_bridge.launcher import BridgeProcess
-from firmware_bridge.protocol import MsgType, load_policy_request, pack, request, unpack
+from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, MsgType, load_policy_request, pack, request, unpack
 
 PROG = "firmware_bridge.bench"
 OBS_POOL = 64  # distinct observations cycled through, generated before timing
@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     model, model_label = load_model(args.policy, args.obs_dim, args.hidden)
     with contextlib.ExitStack() as stack:
         bridge = stack.enter_context(
-            BridgeProcess(["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20))])
+            # Its own bridge: limits sized so the model goes up in one message.
+            BridgeProcess(["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20)),
+                           "--max-model-bytes", str(max(len(model), DEFAULT_MAX_MODEL_BYTES))])
         )
         echo = None if args.no_baseline else stack.enter_context(EchoProcess())
         client = Roundtripper(bridge.endpoint, args.client)

@@ -25,12 +25,22 @@ PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 
 DEFAULT_PORT = 5555
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Limits that bound the device's memory whatever peers send (docs/protocol.md section 6).
+# A message carries an act (4 KiB for 1032 observations) or one chunk of a policy upload.
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
+# A whole policy, assembled from chunks in one staging buffer for the whole device.
+DEFAULT_MAX_MODEL_BYTES = 64 * 1024 * 1024
+# Simultaneous TCP connections; newer ones beyond it are closed at once (firmware_bridge.peers).
+DEFAULT_MAX_PEERS = 32
+# Complete messages libzmq queues per connection before it stops reading that peer, and replies it
+# queues for a peer that does not read them (ROUTER drops further replies to it).
+RCVHWM_MESSAGES = 2
+SNDHWM_MESSAGES = 16
+HANDSHAKE_TIMEOUT_MS = 5000
 # Messages up to this much over --max-message-bytes are still read and answered
-# TOO_LARGE (the common "model a bit too big" mistake); anything larger is cut
-# off by ZeroMQ itself (ZMQ_MAXMSGSIZE) so a peer can't make the device allocate
-# unbounded memory. That drops the connection without a reply.
-TRANSPORT_SLACK_BYTES = 1024 * 1024
+# TOO_LARGE (the common "slightly too big" mistake); anything larger is cut
+# off by ZeroMQ itself (ZMQ_MAXMSGSIZE), which drops the connection without a reply.
+TRANSPORT_SLACK_BYTES = 64 * 1024
 
 # Observations travel as raw little-endian float32 bytes, never as msgpack arrays:
 # one memcpy on each side instead of 1032 float objects.
@@ -61,7 +71,7 @@ class ErrorCode:
     NO_POLICY = "NO_POLICY"  # act before any policy was loaded
     BAD_POLICY = "BAD_POLICY"  # bytes are not a usable ONNX policy (previous one stays)
     HASH_MISMATCH = "HASH_MISMATCH"  # sha256 of the uploaded bytes != declared sha256
-    TOO_LARGE = "TOO_LARGE"  # message larger than the device's max_message_bytes
+    TOO_LARGE = "TOO_LARGE"  # message over max_message_bytes, or a model over max_model_bytes
     INTERNAL = "INTERNAL"  # bug or runtime failure on the device; the bridge keeps serving
 
     ALL = frozenset(

@@ -14,7 +14,13 @@ from pathlib import Path
 from firmware_bridge import __version__
 from firmware_bridge.actuator import ACTUATOR_KINDS, make_actuator
 from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
-from firmware_bridge.protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, parse_tcp_endpoint
+from firmware_bridge.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_MODEL_BYTES,
+    DEFAULT_MAX_PEERS,
+    DEFAULT_PORT,
+    parse_tcp_endpoint,
+)
 
 PROG = "firmware_bridge.serve"
 MIN_MESSAGE_BYTES = 1024
@@ -37,7 +43,19 @@ def build_parser() -> OneLineArgumentParser:
         "--max-message-bytes",
         type=positive_int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        help=f"largest accepted message, i.e. policy upload (default {DEFAULT_MAX_MESSAGE_BYTES})",
+        help="largest accepted message: an act, or one chunk of a policy upload",
+    )
+    parser.add_argument(
+        "--max-model-bytes",
+        type=positive_int,
+        default=DEFAULT_MAX_MODEL_BYTES,
+        help="largest policy a host may upload (assembled from chunks in one staging buffer)",
+    )
+    parser.add_argument(
+        "--max-peers",
+        type=positive_int,
+        default=DEFAULT_MAX_PEERS,
+        help="simultaneous TCP connections; newer ones beyond this are closed at once (bounds memory)",
     )
     parser.add_argument(
         "--curve-secret",
@@ -93,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads,
         hold_timeout_ms=args.hold_timeout_ms,
         max_message_bytes=args.max_message_bytes,
+        max_model_bytes=args.max_model_bytes,
+        max_peers=args.max_peers,
         curve_secret_file=args.curve_secret,
         curve_clients_dir=args.curve_clients,
     )

@@ -27,9 +27,15 @@ from firmware_bridge.actuator import Actuator, HoldWatchdog
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
 from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
 from firmware_bridge.int8_kernels import saturation_warning
+from firmware_bridge.peers import PeerLimiter
 from firmware_bridge.policy import Policy, load_policy
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_MODEL_BYTES,
+    DEFAULT_MAX_PEERS,
+    HANDSHAKE_TIMEOUT_MS,
+    RCVHWM_MESSAGES,
+    SNDHWM_MESSAGES,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     TRANSPORT_SLACK_BYTES,
@@ -45,6 +51,7 @@ from firmware_bridge.protocol import (
     unpack,
     validate_envelope,
 )
+from firmware_bridge.upload import UploadSlot
 
 log = logging.getLogger("firmware_bridge")
 
@@ -60,6 +67,8 @@ class BridgeConfig:
     threads: int = 1
     hold_timeout_ms: int = 200
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_model_bytes: int = DEFAULT_MAX_MODEL_BYTES
+    max_peers: int = DEFAULT_MAX_PEERS
     # CurveZMQ: the bridge's own key pair (NAME.key_secret) and a directory of allowed clients'
     # public keys (*.key). Both or neither; without them the bridge is unauthenticated.
     curve_secret_file: str | None = None
@@ -128,14 +137,25 @@ class BridgeServer:
         }
         self._context = context or zmq.Context.instance()
         self.authenticator: ThreadAuthenticator | None = None
+        self.uploads = UploadSlot(config.max_model_bytes)
+        self.peer_limiter: PeerLimiter | None = None
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        # The memory bound (docs/protocol.md section 6): each connection holds at most one partial
+        # frame of MAXMSGSIZE and RCVHWM complete messages (libzmq stops reading a peer whose queue
+        # is full), and the limiter caps the connections.
         self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
+        self.socket.setsockopt(zmq.RCVHWM, RCVHWM_MESSAGES)
+        self.socket.setsockopt(zmq.SNDHWM, SNDHWM_MESSAGES)
+        # A connection that has not finished its ZMTP (or CurveZMQ) handshake in this time is dropped,
+        # so a stranger cannot hold one of the --max-peers slots for long.
+        self.socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
         self.socket.setsockopt(zmq.RCVTIMEO, config.poll_timeout_ms)
         self.socket.setsockopt(zmq.IPV6, 1)  # tcp://*:5555 then listens on IPv4 and IPv6
         try:
             if config.authenticated:
                 self._enable_curve()
+            self.peer_limiter = PeerLimiter(self.socket, config.max_peers)
             self.socket.bind(config.bind)
         except BaseException:
             self.close_socket()
@@ -224,6 +244,9 @@ class BridgeServer:
         log.info("stopped after %d requests", counters.requests)
 
     def close_socket(self) -> None:
+        if self.peer_limiter is not None:
+            self.peer_limiter.stop()
+            self.peer_limiter = None
         self.socket.close(linger=0)
         if self.authenticator is not None:
             self.authenticator.stop()
@@ -320,6 +343,8 @@ class BridgeServer:
             bridge_version=__version__,
             device=self._device_info,
             max_message_bytes=self.config.max_message_bytes,
+            max_model_bytes=self.config.max_model_bytes,
+            max_peers=self.config.max_peers,
             hold_timeout_ms=self.config.hold_timeout_ms,
             threads=self.config.threads,
             actuator=self.actuator.name,
@@ -339,6 +364,18 @@ class BridgeServer:
         name = message.get("name") or ""
         if type(name) is not str:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'name' must be a string")
+        if "size" in message or "offset" in message:  # one chunk of a model larger than a message
+            size, offset = message.get("size"), message.get("offset")
+            if (self.policy is not None and self.policy.sha256 == declared_sha256 and type(size) is int
+                    and type(offset) is int and offset + len(onnx_bytes) == size == self.policy.size_bytes):
+                # The completing chunk again (its reply was lost): that model is already loaded.
+                return ok_reply(MsgType.LOAD_POLICY, seq, received=size, replaced_sha256=None,
+                                **self.policy.summary())
+            received, complete = self.uploads.add(sha256=declared_sha256, size=size, offset=offset,
+                                                  chunk=onnx_bytes)
+            if complete is None:
+                return ok_reply(MsgType.LOAD_POLICY, seq, received=received, size=size)
+            onnx_bytes = complete
         # Loading blocks this loop (and so the watchdog) for as long as onnxruntime takes: hover
         # now rather than let the last setpoint fly on unwatched.
         if self.watchdog.hold_now(time.monotonic_ns()):
@@ -347,13 +384,14 @@ class BridgeServer:
         policy = load_policy(
             onnx_bytes,
             expected_sha256=declared_sha256,
-            max_bytes=self.config.max_message_bytes,
+            max_bytes=self.config.max_model_bytes,
             threads=self.config.threads,
             name=printable(name[:128]),
         )
         previous = self.install_policy(policy)
         return ok_reply(
-            MsgType.LOAD_POLICY, seq, replaced_sha256=previous.sha256 if previous else None, **policy.summary()
+            MsgType.LOAD_POLICY, seq, received=len(onnx_bytes), replaced_sha256=previous.sha256 if previous else None,
+            **policy.summary()
         )
 
     def _on_status(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
@@ -383,7 +421,17 @@ class BridgeServer:
             episode=counters.episode_summary(recv_ns),
             actuator=self.actuator.stats(),
             policy=policy.summary() if policy else None,
+            peers=self._peer_stats(),
         )
+
+    def _peer_stats(self) -> dict[str, int]:
+        limiter = self.peer_limiter
+        return {
+            "connected": limiter.connected if limiter else 0,
+            "max": self.config.max_peers,
+            "refused": limiter.refused if limiter else 0,
+            "upload_staged_bytes": self.uploads.staged_bytes,
+        }
 
     def _on_reset(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         counters = self.counters

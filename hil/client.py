@@ -106,6 +106,10 @@ class BridgeProtocolError(BridgeError):
     """The reply does not follow the protocol (not msgpack, wrong type, wrong version)."""
 
 
+# Room a load_policy request needs beside its chunk of model bytes (msgpack keys, sha256, name, ints).
+UPLOAD_ENVELOPE_BYTES = 1024
+
+
 class BridgeRefused(BridgeError):
     """The bridge answered with an error reply; ``code`` is a protocol ErrorCode."""
 
@@ -471,19 +475,44 @@ class BridgeClient:
             except OSError as exc:
                 raise BridgeError(self.endpoint, f"cannot read policy {path}: {exc.strerror or exc}") from None
             label = name or path.name
-        limit = (self.hello_reply or self.hello()).get("max_message_bytes")
-        if isinstance(limit, int) and len(onnx_bytes) > limit:
+        hello = self.hello_reply or self.hello()
+        message_limit = hello.get("max_message_bytes")
+        # A bridge older than chunked uploads reports no max_model_bytes: its message limit is the model's.
+        model_limit = hello.get("max_model_bytes", message_limit)
+        if isinstance(model_limit, int) and len(onnx_bytes) > model_limit:
             # Checked here too: past the bridge's transport limit it could only drop the connection.
             raise BridgeRefused(
                 self.endpoint,
                 ErrorCode.TOO_LARGE,
-                f"policy is {len(onnx_bytes)} bytes, bridge limit is {limit}",
+                f"policy is {len(onnx_bytes)} bytes, bridge limit is {model_limit}",
                 MsgType.LOAD_POLICY,
             )
-        reply, _ = self._call(
-            MsgType.LOAD_POLICY, self.load_timeout_s, onnx=onnx_bytes, sha256=sha256_hex(onnx_bytes), name=label
-        )
-        return reply
+        digest = sha256_hex(onnx_bytes)
+        if not isinstance(message_limit, int) or len(onnx_bytes) + UPLOAD_ENVELOPE_BYTES <= message_limit:
+            reply, _ = self._call(MsgType.LOAD_POLICY, self.load_timeout_s, onnx=onnx_bytes, sha256=digest, name=label)
+            return reply
+        return self._upload_in_chunks(onnx_bytes, digest, label, message_limit - UPLOAD_ENVELOPE_BYTES)
+
+    def _upload_in_chunks(self, onnx_bytes: bytes, digest: str, label: str, chunk_bytes: int) -> dict[str, Any]:
+        """docs/protocol.md 4.2: chunks in order; the last one's reply is the loaded policy's summary.
+        Each chunk is an ordinary request (Lazy Pirate resends are acknowledged by the bridge)."""
+        size = len(onnx_bytes)
+        for attempt in (1, 2):  # once more from the start if another upload replaced ours on the bridge
+            try:
+                offset = 0
+                while True:
+                    end = min(size, offset + chunk_bytes)
+                    last = end == size
+                    reply, _ = self._call(MsgType.LOAD_POLICY, self.load_timeout_s if last else self.timeout_s,
+                                          onnx=onnx_bytes[offset:end], sha256=digest, name=label, size=size,
+                                          offset=offset)
+                    if last:
+                        return reply
+                    offset = end
+            except BridgeRefused as exc:
+                if attempt == 2 or exc.code != ErrorCode.BAD_MESSAGE or "from offset 0" not in str(exc):
+                    raise
+        raise AssertionError("unreachable")
 
     def act(self, obs: np.ndarray) -> ActResult:
         """One observation ([obs_dim] or [1, obs_dim], cast to float32) -> action from the device."""

@@ -27,6 +27,7 @@ from hil.client import (
     BridgeRefused,
     BridgeUnreachable,
     BridgeUnresolvable,
+    UPLOAD_ENVELOPE_BYTES,
 )
 
 OBS_DIM = 96
@@ -106,11 +107,23 @@ def test_error_reply_raises_bridge_refused_with_code(client: BridgeClient, model
 
 
 def test_policy_over_bridge_limit_refused_before_sending(model: bytes) -> None:
-    with BridgeProcess(["--max-message-bytes", "4096"]) as small, BridgeClient(small.endpoint, timeout_s=5.0) as client:
+    with BridgeProcess(["--max-model-bytes", str(len(model) - 1)]) as small, \
+            BridgeClient(small.endpoint, timeout_s=5.0) as client:
         with pytest.raises(BridgeRefused) as info:
             client.load_policy(model)
         assert info.value.code == ErrorCode.TOO_LARGE
-        assert client.status()["counters"]["loads"] == 0  # never reached the bridge
+        assert client.status()["counters"]["requests"] == 3  # the launcher's hello, ours, this status: no upload
+
+
+def test_policy_larger_than_a_message_goes_up_in_chunks(model: bytes) -> None:
+    # A model exactly --max-model-bytes, 4 KiB messages: the client sends chunks, the bridge assembles them.
+    with BridgeProcess(["--max-message-bytes", "4096", "--max-model-bytes", str(len(model))]) as small, \
+            BridgeClient(small.endpoint, timeout_s=5.0) as client:
+        loaded = client.load_policy(model)
+        assert loaded["sha256"] == sha256_hex(model) and loaded["size_bytes"] == len(model)
+        chunks = -(-len(model) // (4096 - UPLOAD_ENVELOPE_BYTES))
+        assert client.status()["counters"]["requests"] == 2 + chunks + 1  # two hellos, the chunks, this status
+        assert client.act(np.zeros(OBS_DIM)).action == reference_action(model, np.zeros(OBS_DIM))[0]
 
 
 def test_unreadable_policy_file_is_a_bridge_error(client: BridgeClient, tmp_path: Path) -> None:

@@ -16,13 +16,15 @@ from firmware_bridge.toy_policy import build_mlp_policy
 
 @pytest.fixture(scope="session")
 def discrete_model() -> bytes:
-    return build_mlp_policy(OBS_DIM, hidden=64, n_actions=N_ACTIONS, seed=1)
+    # hidden 48: 200 KB, so raw clients here upload it in one message (under the default 256 KiB
+    # --max-message-bytes); chunked uploads have their own tests (tests/reliability/test_bridge_memory.py).
+    return build_mlp_policy(OBS_DIM, hidden=48, n_actions=N_ACTIONS, seed=1)
 
 
 @pytest.fixture(scope="session")
 def other_discrete_model() -> bytes:
     """Same contract, different weights: to tell which policy is loaded."""
-    return build_mlp_policy(OBS_DIM, hidden=64, n_actions=N_ACTIONS, seed=2)
+    return build_mlp_policy(OBS_DIM, hidden=48, n_actions=N_ACTIONS, seed=2)
 
 
 @pytest.fixture(scope="session")

@@ -197,15 +197,19 @@ def test_oversize_messages(
     start_bridge: Any, discrete_model_file: Path, discrete_model: bytes, obs: np.ndarray
 ) -> None:
     limit = 16 * 1024
-    bridge = start_bridge("--policy", str(discrete_model_file), "--max-message-bytes", str(limit))
+    bridge = start_bridge("--policy", str(discrete_model_file), "--max-message-bytes", str(limit),
+                          "--max-model-bytes", str(len(discrete_model) - 1))
     client = RawClient(bridge.endpoint)
-    assert client.call(hello_request(1))["max_message_bytes"] == limit
+    hello = client.call(hello_request(1))
+    assert (hello["max_message_bytes"], hello["max_model_bytes"]) == (limit, len(discrete_model) - 1)
     # Over the limit but within the transport slack: read, refused politely, seq echoed.
     padded = request("act", 2, obs=obs.tobytes(), shape=[OBS_DIM], padding=b"\0" * limit)
     reply = client.call(padded)
     assert (reply["code"], reply["seq"]) == (ErrorCode.TOO_LARGE, 2)
-    upload = client.call(load_policy_request(3, discrete_model))  # the model is larger than 16 KiB
-    assert (upload["code"], upload["seq"]) == (ErrorCode.TOO_LARGE, 3)
+    # A model one byte over --max-model-bytes is refused at its first chunk, before any is stored.
+    upload = client.call(request("load_policy", 3, onnx=discrete_model[:1000], size=len(discrete_model), offset=0,
+                                 sha256=firmware_bridge.protocol.sha256_hex(discrete_model)))
+    assert (upload["code"], upload["seq"]) == (ErrorCode.TOO_LARGE, 3) and "--max-model-bytes" in upload["message"]
     assert_act_matches_local(act_ok(client, obs), discrete_model, obs)
 
     # Beyond limit + slack ZeroMQ itself drops the connection: no reply, and the bridge lives on.

@@ -144,9 +144,9 @@ def corrupt_uploads(model: bytes) -> dict[str, tuple[dict, str, str]]:
     big = build_mlp_policy(DIM, 1200, seed=1)  # > 64 KiB
     assert len(big) > 65536
     return {
-        "truncated": ({"onnx": model[: len(model) // 2], "sha256": sha256_hex(model[: len(model) // 2])}, ErrorCode.BAD_POLICY, "cannot load"),
+        "truncated": ({"onnx": model[: len(model) // 2], "sha256": sha256_hex(model[: len(model) // 2])}, ErrorCode.BAD_POLICY, "not a valid ONNX"),
         "wrong hash": ({"onnx": model, "sha256": sha256_hex(model + b"x")}, ErrorCode.HASH_MISMATCH, "sha256"),
-        "not onnx": ({"onnx": b"MZ\x90\x00 definitely not a model" * 20, "sha256": None}, ErrorCode.BAD_POLICY, "cannot load"),
+        "not onnx": ({"onnx": b"MZ\x90\x00 definitely not a model" * 20, "sha256": None}, ErrorCode.BAD_POLICY, "not a valid ONNX"),
         "oversize": ({"onnx": big[:65536 + 1000], "sha256": sha256_hex(big[:65536 + 1000])}, ErrorCode.TOO_LARGE, "limit"),
     }
 
