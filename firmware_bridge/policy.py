@@ -137,7 +137,7 @@ def load_policy(
     if len(onnx_bytes) > max_bytes:
         raise PolicyLoadError(ErrorCode.TOO_LARGE, f"policy is {len(onnx_bytes)} bytes, limit is {max_bytes}")
     digest = sha256_hex(onnx_bytes)
-    if expected_sha256 is not None and digest != expected_sha256.strip().lower():
+    if expected_sha256 is not None and digest != expected_sha256:
         raise PolicyLoadError(
             ErrorCode.HASH_MISMATCH,
             # !r: the declared value is client text and must not put a newline into a reply or the journal
@@ -217,7 +217,8 @@ def _describe(
         if len(outputs) != 1 or len(float_outputs) != 1:
             raise _bad(f"policy has no 'action' output and not a single float output (outputs: {output_names[:8]})")
         kind, argmax_output, has_logits = "discrete", True, True
-        action_output = float_outputs[0]
+        # The single float output is the logits, whatever its name (e.g. q_values).
+        action_output = logits = float_outputs[0]
         fetch = [action_output.name]
 
     action_size = _resolve_action_size(

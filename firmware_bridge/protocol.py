@@ -45,7 +45,10 @@ TRANSPORT_SLACK_BYTES = 64 * 1024
 # Observations travel as raw little-endian float32 bytes, never as msgpack arrays:
 # one memcpy on each side instead of 1032 float objects.
 OBS_WIRE_DTYPE = np.dtype("<f4")
-OBS_DTYPE_NAMES = frozenset({"<f4", "float32", "f4"})
+OBS_DTYPE_NAMES = frozenset({"<f4", "float32"})
+# seq is a msgpack unsigned integer: 0 .. 2**64 - 1.
+SEQ_MAX = 2**64 - 1
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # Setpoints given to the flight controller: [vx, vy, vz, yaw_rate] in m/s, m/s, m/s, rad/s.
 SETPOINT_FIELDS = ("vx", "vy", "vz", "yaw_rate")
@@ -108,31 +111,54 @@ def pack(message: dict[str, Any]) -> bytes:
 
 
 def unpack(payload: bytes) -> dict[str, Any]:
-    """Decode one message; raise ProtocolError(BAD_MESSAGE) for anything that isn't a msgpack map."""
+    """Decode one message; raise ProtocolError(BAD_MESSAGE) for anything that isn't a msgpack map
+    with distinct string keys."""
     try:
-        message = msgpack.unpackb(payload, raw=False)
+        # strict_map_key=False: an int key is valid msgpack, refused below with a message that says so.
+        message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types (ExtraData, FormatError, ValueError...)
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"payload is not valid msgpack ({type(exc).__name__})") from None
     if not isinstance(message, dict):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"message must be a msgpack map, got {type(message).__name__}")
+    for key in message:
+        if type(key) is not str:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"map keys must be strings, got {type(key).__name__} key")
+    if _map_entries(payload) != len(message):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "message map has a duplicate key")
     return message
 
 
+def _map_entries(payload: bytes) -> int:
+    """The entry count in the top-level map's header: more than the decoded dict's keys means a key
+    was repeated (msgpack keeps the last silently). O(1): the header is the first 1, 3 or 5 bytes."""
+    first = payload[0]
+    if first & 0xF0 == 0x80:  # fixmap
+        return first & 0x0F
+    if first == 0xDE:  # map 16
+        return int.from_bytes(payload[1:3], "big")
+    return int.from_bytes(payload[1:5], "big")  # map 32 (0xdf): unpack already proved it is a map
+
+
+def valid_seq(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= SEQ_MAX
+
+
 def peek_seq(message: dict[str, Any]) -> int | None:
-    """Best-effort seq of a (possibly invalid) request, so even error replies can be matched."""
+    """The seq of a (possibly invalid) request if it is a valid seq, so even error replies can be
+    matched; anything else (negative, float, str) is answered with seq nil."""
     seq = message.get("seq")
-    return seq if type(seq) is int else None
+    return seq if valid_seq(seq) else None
 
 
 def validate_envelope(message: dict[str, Any]) -> tuple[str, int]:
     """Check v/type/seq of a request; return (type, seq).
 
-    hello is accepted at any ``v`` because it is where versions are negotiated;
-    every other request must carry a supported ``v``.
+    hello is accepted at any integer ``v`` because it is where versions are negotiated;
+    every other request must carry a supported ``v``. ``v`` is an integer in every version.
     """
     seq = message.get("seq")
-    if type(seq) is not int or seq < 0:
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'seq' must be a non-negative integer")
+    if not valid_seq(seq):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'seq' must be an integer 0 .. 2**64-1")
     msg_type = message.get("type")
     if type(msg_type) is not str:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'type' must be a string")
@@ -256,7 +282,8 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
             ErrorCode.BAD_OBSERVATION,
             f"obs has {len(data)} bytes, policy expects {expected_bytes} ({obs_dim} float32 values){hint}",
         )
-    if shape != [obs_dim] and shape != [1, obs_dim]:
+    # type checks too: [1032.0] and [True, 1032] compare equal to the right shapes in Python.
+    if (shape != [obs_dim] and shape != [1, obs_dim]) or any(type(d) is not int for d in shape):
         raise ProtocolError(
             ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]"
         )
@@ -282,6 +309,11 @@ def decode_float32_bytes(data: bytes | None) -> np.ndarray | None:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def is_sha256_hex(text: Any) -> bool:
+    """64 lowercase hex digits, as docs/protocol.md section 4.2 writes a sha256."""
+    return type(text) is str and _SHA256_RE.match(text) is not None
 
 
 _ACTION_SPACE_RE = re.compile(r"^(discrete|box):([1-9][0-9]*)$")

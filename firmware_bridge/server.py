@@ -12,6 +12,7 @@ hold watchdog runs even when no messages arrive and SIGTERM is noticed quickly.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import time
 from collections import Counter
@@ -44,6 +45,7 @@ from firmware_bridge.protocol import (
     ProtocolError,
     decode_observation,
     error_reply,
+    is_sha256_hex,
     negotiate_version,
     ok_reply,
     pack,
@@ -82,6 +84,13 @@ class BridgeConfig:
     def poll_timeout_ms(self) -> int:
         # Several watchdog checks per hold period, but never busy-spin nor sleep >50 ms.
         return max(1, min(50, self.hold_timeout_ms // 4))
+
+
+def display_endpoint(endpoint: str) -> str:
+    """With ZMQ_IPV6 on, libzmq reports an IPv4 bind as tcp://[::ffff:127.0.0.1]:P; say tcp://127.0.0.1:P,
+    the address the operator asked for (and one any client can connect to)."""
+    match = re.match(r"^tcp://\[::ffff:(\d+\.\d+\.\d+\.\d+)\]:(\d+)$", endpoint)
+    return f"tcp://{match.group(1)}:{match.group(2)}" if match else endpoint
 
 
 def printable(text: str) -> str:
@@ -160,7 +169,7 @@ class BridgeServer:
         except BaseException:
             self.close_socket()
             raise
-        self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoint: str = display_endpoint(self.socket.getsockopt_string(zmq.LAST_ENDPOINT))
         if not config.authenticated:
             # Loud on purpose: anyone who can reach this port can upload a policy and fly the vehicle.
             log.warning(
@@ -359,8 +368,10 @@ class BridgeServer:
         if type(onnx_bytes) is not bytes:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'onnx' must be msgpack bin (the model file's bytes)")
         declared_sha256 = message.get("sha256")
-        if type(declared_sha256) is not str:
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'sha256' must be the hex sha256 of 'onnx'")
+        if not is_sha256_hex(declared_sha256):
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE, "field 'sha256' must be the model's sha256 as 64 lowercase hex digits"
+            )
         name = message.get("name") or ""
         if type(name) is not str:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'name' must be a string")
