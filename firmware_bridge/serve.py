@@ -7,6 +7,7 @@ that is how a launcher learns the ephemeral port); logs go to stderr.
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from firmware_bridge.protocol import (
 )
 
 PROG = "firmware_bridge.serve"
+# sysexits.h EX_TEMPFAIL: try again later (an address not assigned yet at boot).
+TRANSIENT_FAILURE_EXIT = 75
 MIN_MESSAGE_BYTES = 1024
 
 
@@ -123,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyFileError as exc:
         fail(str(exc), prog=PROG)
     except zmq.ZMQError as exc:
+        if exc.errno == errno.EADDRNOTAVAIL:
+            # At boot the address may not be up yet: a distinct code that systemd's Restart=on-failure
+            # retries (exit 2 is RestartPreventExitStatus: a configuration error a restart cannot fix).
+            print(f"error: --bind {args.bind}: address not available yet (network not up?); exit "
+                  f"{TRANSIENT_FAILURE_EXIT} so the service manager retries", file=sys.stderr)
+            return TRANSIENT_FAILURE_EXIT
         fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno or 0)}", prog=PROG)
     if policy is not None:
         server.install_policy(policy)
