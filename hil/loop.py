@@ -216,8 +216,9 @@ class ControlLink:
     # ------------------------------------------------------------------ between episodes
 
     def call(self, what: str, request: Callable[[], Any]) -> Any:
-        """A non-act request (reset, status) that survives an outage: retried until max_outage_s."""
-        started = time.monotonic()
+        """A non-act request (reset, status) that survives an outage: retried until max_outage_s after
+        the last reply (not after this call began: an outage that started mid-episode has used part of
+        the limit already)."""
         while True:
             try:
                 if self._needs_verify():
@@ -226,9 +227,11 @@ class ControlLink:
                 self._on_reply()
                 return reply
             except BridgeUnreachable:
-                if time.monotonic() - started > self.max_outage_s:
+                silent_s = time.monotonic() - self._last_reply
+                if silent_s > self.max_outage_s:
                     raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for "
-                                   f"{self.max_outage_s:g} s during {what}; finished episodes are in the log") from None
+                                   f"{silent_s:.0f} s (limit {self.max_outage_s:g} s) during {what}; finished "
+                                   "episodes are in the log") from None
                 if self._streak_start is None:
                     self._streak_start = time.monotonic()
                 if not self._in_outage:
@@ -294,6 +297,7 @@ def run_closed_loop(
     rec.status_start = link.call("status", client.status)
     next_status = t_start + STATUS_PERIOD_S
     _sample_memory(rec, rec.status_start, t_start)
+    logged: dict[str, float] = {}
     for n, j in enumerate(indices):
         obs, info = env.reset(seed=seed + j)
         link.context.update(episode=j, step=0)
@@ -331,7 +335,12 @@ def run_closed_loop(
         )
         misses = link.stats.deadline_misses - misses_before
         rec.episodes.append(ep)
-        rec.episode_rows.append({"failsafe_steps": misses, "spans_outage": link.episode_outage})
+        # Per-episode shares of the link's counters (since the previous episode ended), so a report
+        # resumed from the log adds up every session, not only the last (hil.report.summarize_run).
+        counted = _link_counts(link.stats)
+        rec.episode_rows.append({"failsafe_steps": misses, "spans_outage": link.episode_outage,
+                                 **{k: counted[k] - logged.get(k, 0) for k in counted}})
+        logged = counted
         rec.deadline_misses = link.stats.deadline_misses
         if n < keep_trajectories and hasattr(env, "trajectory"):
             rec.trajectories[j] = np.array(env.trajectory)
@@ -347,6 +356,13 @@ def run_closed_loop(
     rec.status_end = link.call("status", client.status)
     rec.client_counters = client.reliability_counters()
     return rec
+
+
+LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads")
+
+
+def _link_counts(stats: LinkStats) -> dict[str, float]:
+    return {name: getattr(stats, name) for name in LINK_COUNTS}
 
 
 def _sample_memory(rec: LoopRecord, status: dict, t_start: float) -> None:

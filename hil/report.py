@@ -99,8 +99,9 @@ def summarize_run(
     name: str, rec: LoopRecord, load: dict[str, Any], prior_rows: list[dict[str, Any]] | None = None,
     deadline_s: float | None = None,
 ) -> dict[str, Any]:
-    """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log);
-    latency figures cover this session's acts only."""
+    """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log).
+    Reliability counts add up every session (the earlier ones from their per-episode rows); latency
+    figures cover this session's acts only."""
     extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
     flown = [episode_row(ep, extra) for ep, extra in zip(rec.episodes, extras)]
     rows = sorted((prior_rows or []) + flown, key=lambda r: r["episode"])
@@ -124,16 +125,16 @@ def summarize_run(
         "round_trip_us": percentiles_us(rec.rtt_ns),
         "device_inference_us": percentiles_us(rec.infer_ns),
         "overhead_us": percentiles_us(overhead),
-        "deadline_misses": rec.deadline_misses,
+        "deadline_misses": rec.deadline_misses + _prior(prior_rows, "failsafe_steps"),
         "overruns": rec.overruns,
         "reliability": {
             "deadline_ms": deadline_s * 1e3 if deadline_s else None,
-            "deadline_misses": rec.deadline_misses,
+            "deadline_misses": rec.deadline_misses + _prior(prior_rows, "failsafe_steps"),
             "failsafe_steps": sum(int(r.get("failsafe_steps") or 0) for r in rows),
-            "outages": rec.link.outages,
-            "outage_s": round(rec.link.outage_s, 3),
-            "policy_reuploads": rec.link.policy_uploads,
-            "bridge_restarts": rec.link.bridge_restarts,
+            "outages": rec.link.outages + _prior(prior_rows, "outages"),
+            "outage_s": round(rec.link.outage_s + _prior(prior_rows, "outage_s"), 3),
+            "policy_reuploads": rec.link.policy_uploads + _prior(prior_rows, "policy_uploads"),
+            "bridge_restarts": rec.link.bridge_restarts + _prior(prior_rows, "bridge_restarts"),
             "episodes_spanning_outage": [r["episode"] for r in rows if r.get("spans_outage")],
             **rec.client_counters,
         },
@@ -147,6 +148,11 @@ def summarize_run(
         "act_seq_increasing": bool(acts < 2 or np.all(np.diff(seqs) > 0)),
         "episodes": rows,
     }
+
+
+def _prior(rows: list[dict[str, Any]] | None, name: str) -> Any:
+    """A counter summed over episodes of earlier sessions (rows logged before this version have none)."""
+    return sum(r.get(name) or 0 for r in rows or [])
 
 
 def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

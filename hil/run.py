@@ -15,6 +15,7 @@ interrupted run loses nothing finished and --resume continues it; see docs/relia
 """
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -254,6 +255,12 @@ def run(args: RunArgs) -> int:
         kept = log_path.with_name(f"run.{time.strftime('%Y%m%d-%H%M%S', time.localtime(log_path.stat().st_mtime))}.jsonl")
         log_path.rename(kept)
         print(f"note: previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)", file=sys.stderr)
+    if args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values()):
+        # Nothing left to fly: no bridge, and the report the run wrote stays as it is.
+        print(f"the run in {out_dir} is complete ({args.episodes} episodes of each of {len(args.policy)} "
+              f"policies in {log_path}); report: {out_dir / 'report.json'}")
+        return 0
+    previous_runs = _previous_runs(out_dir) if args.resume else {}
     log = RunLog(log_path)
     report: dict = {
         "command": " ".join(["python -m hil.run", *sys.argv[1:]]),
@@ -288,6 +295,14 @@ def run(args: RunArgs) -> int:
         for index, (path, onnx) in enumerate(zip(args.policy, policy_bytes)):
             finished = {row["episode"] for row in done[index]}
             todo = [j for j in range(args.episodes) if j not in finished]
+            earlier = previous_runs.get(sha256_hex(onnx))
+            if not todo and earlier is not None:
+                # Finished before the interruption: its summary (latency included) is the one the
+                # earlier session wrote; flying nothing would only measure nothing.
+                report["runs"].append(earlier)
+                records.append(LoopRecord())  # nothing flown now: its figures have no new samples
+                report["device"] = report["device"] or previous_runs.get("device")
+                continue
             rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report)
             _end_progress(args)
             records.append(rec)
@@ -296,10 +311,23 @@ def run(args: RunArgs) -> int:
             write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
     finally:
         log.close()
+        if not args.resume and not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
+            log_path.unlink(missing_ok=True)  # flew nothing: leave no run behind to resume or to be kept
     print(_header(report))
     print(format_table(report["runs"], report["comparisons"]))
     print(f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}")
     return 0
+
+
+def _previous_runs(out_dir: Path) -> dict[str, Any]:
+    """The summaries an interrupted session wrote (report.json after each policy), by model sha256."""
+    try:
+        report = json.loads((out_dir / "report.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    runs: dict[str, Any] = {run["sha256"]: run for run in report.get("runs") or [] if run.get("sha256")}
+    runs["device"] = report.get("device")
+    return runs
 
 
 def _fly_policy(

@@ -249,13 +249,20 @@ class Study:
                 old = None
             if old != key:
                 raise UserError(f"{self.out} holds a study with other arguments ({marker}); use another --out or remove it")
-        else:
+
+    def claim_out_dir(self) -> None:
+        """Written with the first result, not before: a study that fails before recording anything
+        (an unreachable device, a bad model) leaves nothing that would refuse the corrected rerun."""
+        marker = self.out / "study_args.json"
+        if not marker.exists():
+            key = {k: v for k, v in asdict(self.args).items() if k not in ("quiet", "out")}
             write_atomic(marker, json.dumps(key, indent=1).encode())
 
     def say(self, text: str) -> None:
         print(f"[study {time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
 
     def save(self) -> None:
+        self.claim_out_dir()
         self.data["rows"] = build_rows(self.data, self.groups)
         self.data["roofline"] = build_roofline(self.data, self.groups, self.profile)
         self.data["targets"] = build_targets(self.data)
@@ -868,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _save_partial(study: Study) -> None:
+    if not (study.data["cells"] or study.data["timing"] or study.data["memory"]):
+        return  # nothing recorded: leave no study behind (and no claim on --out)
     with contextlib.suppress(Exception):
         study.save()
 

@@ -1,0 +1,157 @@
+"""What a failed, resumed or abandoned run leaves behind (issue 14, section 4), with real processes.
+
+* A run or study that fails before recording anything claims nothing: the corrected rerun works.
+* --resume adds up every session's deadline misses, outages, restarts and re-uploads, keeps the
+  latency figures of policies finished before the interruption, and a finished run resumes to nothing.
+* --max-outage-s counts from the last reply: the run gives up that long after the bridge died, not
+  after the current episode has hovered to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, killed_on_exit, run_log, wait_for_log
+from reliability_helpers import finish as finish_within
+
+from firmware_bridge.launcher import BridgeProcess
+from firmware_bridge.toy_policy import build_mlp_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def policies(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("claims")
+    paths = [folder / "first.onnx", folder / "second.onnx"]
+    for seed, path in enumerate(paths):
+        path.write_bytes(build_mlp_policy(NAV_OBS_DIM, 32, seed=10 + seed))
+    return paths
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*args: object, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(hil_run_command(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's Ctrl-C meets it (see test_kill_and_resume)
+
+
+def test_a_run_that_flies_nothing_leaves_no_claim(policies, tmp_path):
+    out = tmp_path / "run"
+    port = free_port()
+    failed = run("--policy", policies[0], "--host", "127.0.0.1", "--port", port, "--timeout", "0.2",
+                 "--episodes", 2, "--level", "easy", "--max-steps", 10, "--out", out)
+    assert failed.returncode == 1 and "no reply from bridge" in failed.stderr
+    assert not (out / "run.jsonl").exists()  # was a header-only log
+    wrong = tmp_path / "wrong.onnx"
+    wrong.write_bytes(build_mlp_policy(NAV_OBS_DIM + 3, 8, seed=1))
+    user_error = run("--policy", wrong, "--sim-only", "--episodes", 1, "--level", "easy", "--out", out)
+    assert user_error.returncode == 2 and "observations" in user_error.stderr
+    assert not (out / "run.jsonl").exists()
+    with BridgeProcess([]) as bridge:  # the corrected run: a bridge is there
+        corrected = run("--policy", policies[0], "--host", "127.0.0.1", "--port", bridge.endpoint.rsplit(":", 1)[1],
+                        "--episodes", 2, "--level", "easy", "--max-steps", 10, "--out", out)
+    assert corrected.returncode == 0, corrected.stderr[-2000:]
+    assert len(episodes(run_log(out))) == 2 and "previous run log kept" not in corrected.stderr
+
+
+def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
+    out = tmp_path / "study"
+    models = []
+    for precision in ("fp32", "int8"):  # the study reads GROUP_PRECISION from the names
+        models.append(tmp_path / f"tiny_{precision}.onnx")
+        models[-1].write_bytes((ROOT / "models" / f"policy1_{precision}.onnx").read_bytes())
+    common = ["--models", *map(str, models), "--episodes", "1", "--levels", "easy", "--timing-rounds", "1",
+              "--timing-acts", "5", "--no-memory-study", "--out", str(out), "--quiet"]
+    failed = subprocess.run([sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", str(free_port()),
+                             *common], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert failed.returncode != 0 and not (out / "study_args.json").exists(), failed.stderr[-2000:]
+    with BridgeProcess([]) as bridge:
+        port = bridge.endpoint.rsplit(":", 1)[1]
+        corrected = subprocess.run([sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", port, *common],
+                                   capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert corrected.returncode == 0, corrected.stderr[-3000:]
+    assert (out / "study_args.json").exists() and "other arguments" not in corrected.stderr
+
+
+def test_resume_adds_up_every_session_and_keeps_finished_policies(policies, tmp_path):
+    out = tmp_path / "resumed"
+    command = hil_run_command(*(a for p in policies for a in ("--policy", p)), "--sim-only", "--level", "easy",
+                              "--episodes", 3, "--max-steps", 30, "--rate-hz", 10, "--out", out)
+    with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         preexec_fn=_default_sigint)) as process:
+        records = wait_for_log(out, lambda r: len(episodes(r)) >= 1 and events(r, "bridge_started"), 60, process)
+        time.sleep(1.0)  # inside episode 1 of the first policy
+        os.kill(events(records, "bridge_started")[0]["pid"], signal.SIGKILL)  # the supervisor restarts it
+        wait_for_log(out, lambda r: any(e["policy_index"] == 1 for e in episodes(r)), 120, process)
+        process.send_signal(signal.SIGINT)  # interrupted while flying the second policy
+        code, _, stderr = finish_within(process, 60)
+    assert code == 130, stderr[-2000:]
+    first_session = episodes(run_log(out))
+    restarts = sum(e.get("bridge_restarts", 0) for e in first_session)
+    assert restarts == 1 and sum(e.get("policy_uploads", 0) for e in first_session) == 1
+    before = json.loads((out / "report.json").read_text())["runs"][0]  # written when the first policy ended
+
+    resumed = run("--resume", out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    rows = episodes(run_log(out))
+    for index, summary in enumerate(report["runs"]):
+        mine = [e for e in rows if e["policy_index"] == index]
+        assert len(mine) == 3
+        rel = summary["reliability"]
+        assert rel["failsafe_steps"] == rel["deadline_misses"] == sum(e["failsafe_steps"] for e in mine)
+        assert rel["outages"] == sum(e.get("outages", 0) for e in mine)
+        assert rel["bridge_restarts"] == sum(e.get("bridge_restarts", 0) for e in mine)
+        assert rel["policy_reuploads"] == sum(e.get("policy_uploads", 0) for e in mine)
+        assert summary["actuation_hz"] > 0 and summary["round_trip_us"]["p50"] > 0
+    assert report["runs"][0]["reliability"]["bridge_restarts"] == 1  # flown in the first session
+    assert report["runs"][0] == before  # the finished policy's summary is the one its session measured
+    assert len(events(run_log(out), "bridge_started")) == 2 + 1  # first session: 2 policies; resume: the second
+
+    # Resuming the finished run starts no bridge and leaves the report as it is.
+    report_bytes = (out / "report.json").read_bytes()
+    again = run("--resume", out)
+    assert again.returncode == 0 and "complete" in again.stdout, again.stderr
+    assert (out / "report.json").read_bytes() == report_bytes
+    assert len(events(run_log(out), "bridge_started")) == 3
+
+
+def test_max_outage_counts_from_the_last_reply(policies, tmp_path):
+    out = tmp_path / "outage"
+    max_outage_s = 4.0
+    with BridgeProcess([]) as bridge:
+        port = bridge.endpoint.rsplit(":", 1)[1]
+        # 3 s episodes at 20 Hz: the bridge dies 0.3 s into one, so ~2.7 s of it remain, less than the limit.
+        command = hil_run_command("--policy", policies[0], "--host", "127.0.0.1", "--port", port, "--level", "easy",
+                                  "--episodes", 20, "--max-steps", 60, "--rate-hz", 20, "--timeout", "0.2",
+                                  "--max-outage-s", max_outage_s, "--out", out)
+        with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)) as process:
+            wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, process)
+            time.sleep(0.3)
+            bridge.process.kill()
+            killed_at = time.monotonic()
+            code, _, stderr = finish_within(process, 60)
+            gave_up_s = time.monotonic() - killed_at
+    print(f"\nbridge killed -> hil.run gave up after {gave_up_s:.2f} s (--max-outage-s {max_outage_s:g})")
+    assert code == 1
+    assert max_outage_s - 0.5 <= gave_up_s <= max_outage_s + 1.5, gave_up_s  # was ~6.7 s: the episode's rest + 4
+    first = stderr.strip().splitlines()[0]
+    assert first.startswith("error:") and "unreachable" in first and f"limit {max_outage_s:g} s" in first
+    assert len(episodes(run_log(out))) >= 1
