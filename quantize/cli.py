@@ -10,6 +10,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from airq_cli import ArgumentParser, output_dir, output_file  # noqa: E402
 from quantize.errors import QuantizeError  # noqa: E402
+from quantize.options import INT8_SCHEMES, StaticInt8Options  # noqa: E402
 
 
 def _bits(text: str) -> int:
@@ -28,6 +29,10 @@ def _method(text: str) -> str:
     return check_method(text)
 
 
+# Defaults written once, in quantize.options (a module without onnx: parsing stays instant).
+STATIC = StaticInt8Options()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m quantize", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -41,17 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--level", nargs="+", default=None,
                    help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)")
     q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
-    q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default="qoperator")
-    q.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+    q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default=STATIC.quant_format)
+    q.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=STATIC.per_channel,
                    help="int8: one weight scale per output channel (default; --no-per-channel: one per tensor)")
-    q.add_argument("--scheme", choices=("u8s7", "u8s8", "u8u8", "s8s8"), default="u8s7",
+    q.add_argument("--scheme", choices=tuple(INT8_SCHEMES), default=STATIC.scheme,
                    help="int8 activation x weight types; u8s7 (weights in [-64, 64]) is exact on every CPU, u8s8 saturates "
                         "on x86 without VNNI (docs/quantize.md)")
     q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
-    q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default="minmax")
+    q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default=STATIC.calibrate_method)
     q.add_argument("--no-split-input", action="store_true",
                    help="one scale for the whole first layer (depth and state columns together)")
-    q.add_argument("--float-split-sum", action=argparse.BooleanOptionalAction, default=None,
+    q.add_argument("--float-split-sum", action=argparse.BooleanOptionalAction, default=STATIC.float_split_sum,
                    help="the split first-layer QGemms output float into their Add (no second uint8 rounding); "
                         "default: on where it applies (input split, QOperator)")
     q.add_argument("--distill-steps", type=int, default=0,
@@ -119,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "ptq":
-        from quantize.ptq import StaticInt8Options, quantize_file
+        from quantize.ptq import quantize_file
 
         opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
                                  keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
