@@ -10,11 +10,10 @@ import pytest
 
 import hil.memlimit as memlimit
 from hil.memfit import read_onnx_metadata, run_memory_fit
-from hil.memlimit import memory_cgroup_support
+from hil_cgroup_support import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "policy1_int8.onnx"
-SUPPORT = memory_cgroup_support()
 
 
 def memfit(*args, timeout=60):

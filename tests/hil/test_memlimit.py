@@ -9,8 +9,8 @@ import pytest
 
 import hil.memlimit as memlimit
 from hil.memlimit import CgroupSampler, MemLimitError, MemoryCgroup, SwapFile, active_swap_bytes, memory_cgroup_support
+from hil_cgroup_support import SUPPORT
 
-SUPPORT = memory_cgroup_support()
 needs_cgroup = pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
 
 ALLOC = """

@@ -8,12 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from hil.memlimit import memory_cgroup_support
+from hil_cgroup_support import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
-SUPPORT = memory_cgroup_support()
 
 
 def study(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
