@@ -444,9 +444,10 @@ class BridgeClient:
 
     # ------------------------------------------------------------------ API
 
-    def hello(self) -> dict[str, Any]:
-        """Negotiate the protocol version; returns device info, limits and the loaded policy."""
-        reply, _ = self._call(MsgType.HELLO, versions=list(SUPPORTED_VERSIONS), client=CLIENT_NAME)
+    def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Negotiate the protocol version; returns device info, limits and the loaded policy.
+        ``timeout_s``: per attempt, instead of the client's (a caller with a deadline bounds the retries)."""
+        reply, _ = self._call(MsgType.HELLO, timeout_s, versions=list(SUPPORTED_VERSIONS), client=CLIENT_NAME)
         if reply.get("version") not in SUPPORTED_VERSIONS:
             raise BridgeProtocolError(
                 self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}"
@@ -566,10 +567,16 @@ class BridgeClient:
             return None
         return self._act_result(answered[0], answered[1], seq)
 
-    def status(self) -> dict[str, Any]:
-        """Memory, CPU, counters, actuator statistics."""
-        return self._call(MsgType.STATUS)[0]
+    def status(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """Memory, CPU, counters, actuator statistics. ``timeout_s``: per attempt, as for hello()."""
+        return self._call(MsgType.STATUS, timeout_s)[0]
 
-    def reset(self) -> dict[str, Any]:
-        """New episode: actuator to hover, per-episode counters cleared; returns the finished episode's summary."""
-        return self._call(MsgType.RESET)[0]
+    def reset(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """New episode: actuator to hover, per-episode counters cleared; returns the finished episode's summary.
+        ``timeout_s``: per attempt, as for hello()."""
+        return self._call(MsgType.RESET, timeout_s)[0]
+
+    @property
+    def attempts_per_request(self) -> int:
+        """How many times a request is sent (Lazy Pirate) before BridgeUnreachable."""
+        return 1 + self.retries_per_request

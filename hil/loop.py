@@ -104,6 +104,9 @@ class ControlLink:
         self._verified_connections = client.connection_count()
         self._must_verify = False
         self._last_reply = time.monotonic()
+        # When the first request still unanswered was sent: the outage clock. Not the last reply: a host
+        # busy between requests (a slow simulator reset, rendering) is no silence of the bridge.
+        self._silent_since: float | None = None
         self._streak_start: float | None = None  # monotonic time of the first fail-safe of a miss streak
         self._streak_misses = 0
         self._in_outage = False
@@ -125,8 +128,10 @@ class ControlLink:
         """The device's action for ``obs``, or None: apply the fail-safe for this step."""
         start = time.monotonic()
         deadline = start + self.deadline_s
+        if self._silent_since is None:
+            self._silent_since = start
         try:
-            if self._needs_verify() and not self._verify(deadline):
+            if self._needs_verify() and not self._verify(deadline, self._attempt_timeout_s()):
                 return self._miss(deadline, "policy not verified")
             result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
         except BridgeRefused as exc:
@@ -150,11 +155,12 @@ class ControlLink:
             self._must_verify or self.client.connection_count() != self._verified_connections
         )
 
-    def _verify(self, deadline: float) -> bool:
-        """On a new connection: is our policy (by sha256) loaded? Upload it if not."""
+    def _verify(self, deadline: float, timeout_s: float | None = None) -> bool:
+        """On a new connection: is our policy (by sha256) loaded? Upload it if not. ``timeout_s``: per
+        hello attempt (Lazy Pirate), so a bridge that vanishes again cannot stretch the outage limit."""
         assert self.policy is not None
         connections = self.client.connection_count()
-        hello = self.client.hello()  # Lazy Pirate with the client's timeout: the link is up by now
+        hello = self.client.hello(timeout_s)
         self.stats.policy_verifications += 1
         loaded = (hello.get("policy") or {}).get("sha256")
         if loaded != self.policy.sha256:
@@ -197,10 +203,24 @@ class ControlLink:
         if self._in_outage and now - self._last_reconnect >= max(self.outage_after_s, self.client.timeout_s):
             self.client.reconnect()  # Lazy Pirate: a fresh socket, nothing stale queued on it
             self._last_reconnect = now
-        if now - self._last_reply > self.max_outage_s:
-            raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for "
-                           f"{now - self._last_reply:.0f} s (limit {self.max_outage_s:g} s); finished episodes are in the log")
+        self._give_up_if_too_long(now, "acting")
         return None
+
+    def _silent_s(self, now: float) -> float:
+        return 0.0 if self._silent_since is None else now - self._silent_since
+
+    def _attempt_timeout_s(self) -> float:
+        """Per attempt of a Lazy Pirate request: the client's timeout, or less, so that all its attempts
+        end by the time the outage reaches max_outage_s (a give-up then comes on time, not a retry
+        cycle later)."""
+        left = self.max_outage_s - self._silent_s(time.monotonic())
+        return max(min(self.client.timeout_s, left / self.client.attempts_per_request), 1e-3)
+
+    def _give_up_if_too_long(self, now: float, what: str) -> None:
+        silent_s = self._silent_s(now)
+        if silent_s >= self.max_outage_s:
+            raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
+                           f"(limit {self.max_outage_s:g} s) while {what}; finished episodes are in the log")
 
     def _on_reply(self) -> None:
         now = time.monotonic()
@@ -212,26 +232,27 @@ class ControlLink:
                 self.emit("failsafe_released", misses=self._streak_misses, duration_s=now - self._streak_start)
         self._streak_start, self._streak_misses, self._in_outage = None, 0, False
         self._last_reply = now
+        self._silent_since = None
 
     # ------------------------------------------------------------------ between episodes
 
-    def call(self, what: str, request: Callable[[], Any]) -> Any:
+    def call(self, what: str, request: Callable[[float], Any]) -> Any:
         """A non-act request (reset, status) that survives an outage: retried until max_outage_s after
-        the last reply (not after this call began: an outage that started mid-episode has used part of
-        the limit already)."""
+        the first unanswered request (not after this call began: an outage that started mid-episode
+        has used part of the limit already). ``request(timeout_s)`` sends it with that per-attempt
+        timeout, which shrinks as the limit nears, so the give-up comes at the limit."""
+        if self._silent_since is None:
+            self._silent_since = time.monotonic()
         while True:
+            self._give_up_if_too_long(time.monotonic(), f"waiting for {what}")
+            timeout_s = self._attempt_timeout_s()
             try:
                 if self._needs_verify():
-                    self._verify(time.monotonic() + self.client.timeout_s)
-                reply = request()
+                    self._verify(time.monotonic() + timeout_s, timeout_s)
+                reply = request(timeout_s)
                 self._on_reply()
                 return reply
             except BridgeUnreachable:
-                silent_s = time.monotonic() - self._last_reply
-                if silent_s > self.max_outage_s:
-                    raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for "
-                                   f"{silent_s:.0f} s (limit {self.max_outage_s:g} s) during {what}; finished "
-                                   "episodes are in the log") from None
                 if self._streak_start is None:
                     self._streak_start = time.monotonic()
                 if not self._in_outage:
@@ -294,14 +315,15 @@ def run_closed_loop(
     period_ns = int(1e9 / rate_hz) if rate_hz else 0
     link.free_running = not period_ns
     t_start = time.perf_counter()
-    rec.status_start = link.call("status", client.status)
+    rec.status_start = link.call("status", lambda t: client.status(timeout_s=t))
     next_status = t_start + STATUS_PERIOD_S
     _sample_memory(rec, rec.status_start, t_start)
     logged: dict[str, float] = {}
     for n, j in enumerate(indices):
+        acts_before, overruns_before = len(rec.rtt_ns), rec.overruns
         obs, info = env.reset(seed=seed + j)
         link.context.update(episode=j, step=0)
-        link.call("reset", client.reset)
+        link.call("reset", lambda t: client.reset(timeout_s=t))
         link.episode_outage = False
         misses_before = link.stats.deadline_misses
         ret, done, steps = 0.0, False, 0
@@ -326,7 +348,8 @@ def run_closed_loop(
                 else:
                     _sleep_until(deadline)
                     deadline += period_ns
-        rec.loop_s += (time.perf_counter_ns() - t_ep) / 1e9
+        loop_s = (time.perf_counter_ns() - t_ep) / 1e9
+        rec.loop_s += loop_s
         outcome = "success" if info["is_success"] else "collision" if info["collision"] else "timeout"
         ep = EpisodeResult(
             episode=j, seed=seed + j, zone=info["zone"], outcome=outcome, steps=info["steps"], episode_return=ret,
@@ -335,11 +358,15 @@ def run_closed_loop(
         )
         misses = link.stats.deadline_misses - misses_before
         rec.episodes.append(ep)
-        # Per-episode shares of the link's counters (since the previous episode ended), so a report
-        # resumed from the log adds up every session, not only the last (hil.report.summarize_run).
-        counted = _link_counts(link.stats)
+        # Per-episode shares of the link's and client's counters (since the previous episode ended) and
+        # the episode's latency samples: what a report resumed from the log needs to add up every
+        # session, not only the last, and to rebuild a policy's summary (hil.report.summarize_run).
+        counted = _link_counts(link.stats) | client.reliability_counters()
         rec.episode_rows.append({"failsafe_steps": misses, "spans_outage": link.episode_outage,
-                                 **{k: counted[k] - logged.get(k, 0) for k in counted}})
+                                 **{k: counted[k] - logged.get(k, 0) for k in counted},
+                                 "acts": len(rec.rtt_ns) - acts_before, "loop_s": loop_s,
+                                 "overruns": rec.overruns - overruns_before,
+                                 "rtt_ns": rec.rtt_ns[acts_before:], "infer_ns": rec.infer_ns[acts_before:]})
         logged = counted
         rec.deadline_misses = link.stats.deadline_misses
         if n < keep_trajectories and hasattr(env, "trajectory"):
@@ -349,11 +376,12 @@ def run_closed_loop(
                 rec.frames[j] = frame
         now = time.perf_counter()
         if now >= next_status or n == len(indices) - 1:
-            _sample_memory(rec, link.call("status", client.status), t_start)
+            _sample_memory(rec, link.call("status", lambda t: client.status(timeout_s=t)), t_start)
+            rec.episode_rows[-1]["memory"] = list(rec.memory[-1])  # the device's memory, for a rebuilt summary
             next_status = now + STATUS_PERIOD_S
         if on_episode:
             on_episode(ep, rec)
-    rec.status_end = link.call("status", client.status)
+    rec.status_end = link.call("status", lambda t: client.status(timeout_s=t))
     rec.client_counters = client.reliability_counters()
     return rec
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,42 @@ RUN_LOG_VERSION = 1
 
 
 class RunLog:
-    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable."""
+    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable.
 
-    def __init__(self, path: Path) -> None:
+    ``deferred``: the file is created only by the first durable record (an episode); lines before it
+    are held in memory and written with it. A run that fails or is killed before recording anything
+    leaves no log, and ``on_create`` (hil.run: keep an earlier log aside) runs only then, so such a
+    run does not displace the run that was there either.
+    """
+
+    def __init__(self, path: Path, *, deferred: bool = False, on_create: Callable[[], None] | None = None) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = -1
+        self._pending: list[bytes] | None = [] if deferred else None
+        self._on_create = on_create
+        if not deferred:
+            self._open()
+
+    def _open(self) -> None:
+        if self._on_create is not None:
+            self._on_create()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @property
+    def created(self) -> bool:
+        return self._fd >= 0 or self._pending is None
 
     def append(self, record: dict[str, Any], durable: bool = True) -> None:
+        line = (json.dumps(record, default=_jsonable) + "\n").encode()
+        if self._pending is not None:
+            self._pending.append(line)
+            if not durable:
+                return
+            self._open()
+            line, self._pending = b"".join(self._pending), None
         # One write() per line: O_APPEND makes it land whole at the end, never interleaved.
-        os.write(self._fd, (json.dumps(record, default=_jsonable) + "\n").encode())
+        os.write(self._fd, line)
         if durable:
             os.fsync(self._fd)
 
@@ -100,17 +127,26 @@ def summarize_run(
     deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log).
-    Reliability counts add up every session (the earlier ones from their per-episode rows); latency
-    figures cover this session's acts only."""
+    Reliability counts, latency and the act rate add up every session: the earlier ones from their
+    per-episode rows (which carry counter shares and latency samples; rows logged before they did
+    add nothing). Memory and device counters are this session's, or the rows' samples if it flew
+    nothing."""
+    prior = prior_rows or []
     extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
     flown = [episode_row(ep, extra) for ep, extra in zip(rec.episodes, extras)]
-    rows = sorted((prior_rows or []) + flown, key=lambda r: r["episode"])
+    rows = sorted(prior + flown, key=lambda r: r["episode"])
     episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__}) for r in rows]
-    acts = len(rec.rtt_ns)
+    rtt_ns = [x for r in prior for x in r.get("rtt_ns") or []] + rec.rtt_ns
+    infer_ns = [x for r in prior for x in r.get("infer_ns") or []] + rec.infer_ns
+    acts = len(rtt_ns)
+    loop_s = _prior(prior, "loop_s") + rec.loop_s
     steps = sum(e.steps for e in episodes)
-    overhead = [r - i for r, i in zip(rec.rtt_ns, rec.infer_ns)]
+    overhead = [r - i for r, i in zip(rtt_ns, infer_ns)]
     end = rec.status_end
-    peaks = [m[2] for m in rec.memory] + [int(end.get("peak_rss_bytes") or 0)]
+    memory = rec.memory or [tuple(r["memory"]) for r in prior if r.get("memory")]
+    if not end and memory:
+        end = {"rss_bytes": memory[-1][1], "peak_rss_bytes": memory[-1][2]}
+    peaks = [m[2] for m in memory] + [int(end.get("peak_rss_bytes") or 0)]
     seqs = np.asarray(rec.seqs)
     return {
         "policy": name,
@@ -121,33 +157,49 @@ def summarize_run(
         "outcomes": summarize(episodes),
         "steps": steps,
         "acts": acts,
-        "actuation_hz": acts / rec.loop_s if rec.loop_s else 0.0,
-        "round_trip_us": percentiles_us(rec.rtt_ns),
-        "device_inference_us": percentiles_us(rec.infer_ns),
+        "actuation_hz": acts / loop_s if loop_s else 0.0,
+        "round_trip_us": percentiles_us(rtt_ns),
+        "device_inference_us": percentiles_us(infer_ns),
         "overhead_us": percentiles_us(overhead),
-        "deadline_misses": rec.deadline_misses + _prior(prior_rows, "failsafe_steps"),
-        "overruns": rec.overruns,
+        "deadline_misses": rec.deadline_misses + _prior(prior, "failsafe_steps"),
+        "overruns": rec.overruns + _prior(prior, "overruns"),
         "reliability": {
             "deadline_ms": deadline_s * 1e3 if deadline_s else None,
-            "deadline_misses": rec.deadline_misses + _prior(prior_rows, "failsafe_steps"),
+            "deadline_misses": rec.deadline_misses + _prior(prior, "failsafe_steps"),
             "failsafe_steps": sum(int(r.get("failsafe_steps") or 0) for r in rows),
-            "outages": rec.link.outages + _prior(prior_rows, "outages"),
-            "outage_s": round(rec.link.outage_s + _prior(prior_rows, "outage_s"), 3),
-            "policy_reuploads": rec.link.policy_uploads + _prior(prior_rows, "policy_uploads"),
-            "bridge_restarts": rec.link.bridge_restarts + _prior(prior_rows, "bridge_restarts"),
+            "outages": rec.link.outages + _prior(prior, "outages"),
+            "outage_s": round(rec.link.outage_s + _prior(prior, "outage_s"), 3),
+            "policy_reuploads": rec.link.policy_uploads + _prior(prior, "policy_uploads"),
+            "bridge_restarts": rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
             "episodes_spanning_outage": [r["episode"] for r in rows if r.get("spans_outage")],
-            **rec.client_counters,
+            **{k: rec.client_counters.get(k, 0) + _prior(prior, k) for k in CLIENT_COUNTS
+               if k in rec.client_counters or any(k in r for r in prior)},
         },
         "device_memory": {
             "rss_bytes": int(end.get("rss_bytes") or 0),
             "peak_rss_bytes": max(peaks),
             "model_rss_bytes": end.get("model_rss_delta_bytes"),
-            "samples": [[round(t, 4), rss, peak] for t, rss, peak in rec.memory],
+            "samples": [[round(t, 4), rss, peak] for t, rss, peak in memory],
         },
         "device_counters": {k: (end.get("counters") or {}).get(k) for k in ("acts", "errors", "holds")},
-        "act_seq_increasing": bool(acts < 2 or np.all(np.diff(seqs) > 0)),
-        "episodes": rows,
+        "act_seq_increasing": bool(len(seqs) < 2 or np.all(np.diff(seqs) > 0)),
+        "episodes": [report_row(r) for r in rows],
     }
+
+
+CLIENT_COUNTS = ("retries", "reconnects", "stale_replies", "connections", "disconnects")  # BridgeClient.reliability_counters
+SAMPLES = ("rtt_ns", "infer_ns")  # per-act lists in the log's episode rows, left out of report.json
+
+
+def report_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An episode row as report.json shows it: without the per-act samples the log keeps."""
+    return {k: v for k, v in row.items() if k not in SAMPLES}
+
+
+def record_from_rows(rows: list[dict[str, Any]]) -> LoopRecord:
+    """The latency samples of logged episodes, for the figures of a policy flown in earlier sessions."""
+    return LoopRecord(rtt_ns=[x for r in rows for x in r.get("rtt_ns") or []],
+                      infer_ns=[x for r in rows for x in r.get("infer_ns") or []])
 
 
 def _prior(rows: list[dict[str, Any]] | None, name: str) -> Any:

@@ -39,7 +39,9 @@ from hil.report import (
     compare,
     format_table,
     read_run_log,
+    record_from_rows,
     repair_run_log,
+    report_row,
     summarize_run,
     write_report,
 )
@@ -243,25 +245,17 @@ def run(args: RunArgs) -> int:
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
     deadline_s = args.deadline_ms / 1e3 if args.deadline_ms else default_deadline_s(cfg, args.rate_hz)
     log_path = out_dir / RUN_LOG
-    done: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(args.policy))}
-    if args.resume:
-        for r in repair_run_log(log_path):
-            if r.get("kind") == "episode":
-                done[r["policy_index"]].append({k: v for k, v in r.items() if k not in ("kind", "policy", "policy_index")})
-    elif log_path.exists() and not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
-        log_path.unlink()  # a previous run that flew nothing: nothing to keep
-    elif log_path.exists():
-        # A new run never destroys an old log: it is kept beside, e.g. run.20260101-120000.jsonl.
-        kept = log_path.with_name(f"run.{time.strftime('%Y%m%d-%H%M%S', time.localtime(log_path.stat().st_mtime))}.jsonl")
-        log_path.rename(kept)
-        print(f"note: previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)", file=sys.stderr)
-    if args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values()):
+    earlier = EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
+    done = earlier.rows
+    finished_all = args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values())
+    if finished_all and _report_matches(out_dir / "report.json", policy_bytes, done):
         # Nothing left to fly: no bridge, and the report the run wrote stays as it is.
         print(f"the run in {out_dir} is complete ({args.episodes} episodes of each of {len(args.policy)} "
               f"policies in {log_path}); report: {out_dir / 'report.json'}")
         return 0
-    previous_runs = _previous_runs(out_dir) if args.resume else {}
-    log = RunLog(log_path)
+    # The log is created with the first episode, not before: a run that fails before flying anything
+    # (a user error, no bridge) leaves no log, and an earlier run's log stays where it is, resumable.
+    log = RunLog(log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir))
     report: dict = {
         "command": " ".join(["python -m hil.run", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -278,56 +272,129 @@ def run(args: RunArgs) -> int:
         "comparisons": [],
     }
     if args.resume:
-        log.append({"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}})
+        log.append({"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}},
+                   durable=False)
     else:
         log.append({"kind": "run", "log_version": RUN_LOG_VERSION, "args": asdict(args), "command": report["command"],
                     "t_wall": time.time(), "deadline_ms": deadline_s * 1e3,
-                    "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)]})
+                    "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)]},
+                   durable=False)
     records: list[LoopRecord] = []
-    try:
-        options = {"host": args.airsim_host, "port": args.airsim_port, "scene": args.airsim_scene,
-                   "lockstep": args.airsim_lockstep} if args.backend == "airsim" else {}
-        env = make_env(cfg, args.backend, render_mode="rgb_array", **options)
-    except (ValueError, RuntimeError) as e:
-        raise UserError(str(e)) from None
-    report["backend"] = args.backend
+    env = None
+    written = False
     try:
         for index, (path, onnx) in enumerate(zip(args.policy, policy_bytes)):
             finished = {row["episode"] for row in done[index]}
             todo = [j for j in range(args.episodes) if j not in finished]
-            earlier = previous_runs.get(sha256_hex(onnx))
-            if not todo and earlier is not None:
-                # Finished before the interruption: its summary (latency included) is the one the
-                # earlier session wrote; flying nothing would only measure nothing.
-                report["runs"].append(earlier)
-                records.append(LoopRecord())  # nothing flown now: its figures have no new samples
-                report["device"] = report["device"] or previous_runs.get("device")
+            if not todo:
+                # Finished in an earlier session: its summary comes from the log (the one that session
+                # measured, or rebuilt from the episode rows); flying nothing would only measure nothing.
+                report["runs"].append(earlier.summary(index, path, onnx, deadline_s))
+                records.append(record_from_rows(done[index]))
+                report["device"] = report["device"] or earlier.device.get(index)
+                written = False
                 continue
+            if env is None:
+                env = _make_env(args, cfg)
+                report["backend"] = args.backend
             rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report)
             _end_progress(args)
             records.append(rec)
-            report["runs"].append(summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s))
+            summary = summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s)
+            # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
+            # report.json, which may be missing (killed before writing it) or another run's.
+            log.append({"kind": "policy_end", "policy": path, "policy_index": index, "device": report["device"],
+                        "episodes": sorted(finished | set(todo)), "summary": _without_rows(summary)})
+            report["runs"].append(summary)
             report["comparisons"] = compare(report["runs"])
             write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
+            written = True
+        if not written:  # the last policies were finished earlier: the report rebuilt from the log
+            report["backend"] = args.backend
+            report["comparisons"] = compare(report["runs"])
+            write_report(out_dir, report, records, report["runs"])
     finally:
         log.close()
-        if not args.resume and not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
-            log_path.unlink(missing_ok=True)  # flew nothing: leave no run behind to resume or to be kept
     print(_header(report))
     print(format_table(report["runs"], report["comparisons"]))
     print(f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}")
     return 0
 
 
-def _previous_runs(out_dir: Path) -> dict[str, Any]:
-    """The summaries an interrupted session wrote (report.json after each policy), by model sha256."""
+def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
     try:
-        report = json.loads((out_dir / "report.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    runs: dict[str, Any] = {run["sha256"]: run for run in report.get("runs") or [] if run.get("sha256")}
-    runs["device"] = report.get("device")
-    return runs
+        options = {"host": args.airsim_host, "port": args.airsim_port, "scene": args.airsim_scene,
+                   "lockstep": args.airsim_lockstep} if args.backend == "airsim" else {}
+        return make_env(cfg, args.backend, render_mode="rgb_array", **options)
+    except (ValueError, RuntimeError) as e:
+        raise UserError(str(e)) from None
+
+
+def _keep_earlier_log(log_path: Path, out_dir: Path) -> None:
+    """Called when a new run records its first episode: an earlier log in ``out_dir`` is kept beside."""
+    if not log_path.exists():
+        return
+    if not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
+        log_path.unlink()  # a run that flew nothing (killed before its first episode, older versions): nothing to keep
+        return
+    # A new run never destroys an old log: it is kept beside, e.g. run.20260101-120000.jsonl.
+    kept = log_path.with_name(f"run.{time.strftime('%Y%m%d-%H%M%S', time.localtime(log_path.stat().st_mtime))}.jsonl")
+    log_path.rename(kept)
+    print(f"note: previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)", file=sys.stderr)
+
+
+def _without_rows(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k != "episodes"}
+
+
+@dataclass
+class EarlierSessions:
+    """What the sessions before a --resume left in the log, by policy index."""
+
+    rows: dict[int, list[dict[str, Any]]]  # episode rows
+    ends: dict[int, dict[str, Any]] = field(default_factory=dict)  # policy_end records (summary as measured)
+    loads: dict[int, dict[str, Any]] = field(default_factory=dict)  # the bridge's load_policy replies
+    device: dict[int, Any] = field(default_factory=dict)
+
+    @classmethod
+    def none(cls, n: int) -> EarlierSessions:
+        return cls({i: [] for i in range(n)})
+
+    @classmethod
+    def read(cls, log_path: Path, n: int) -> EarlierSessions:
+        earlier = cls.none(n)
+        for r in repair_run_log(log_path):
+            index = r.get("policy_index")
+            if r.get("kind") == "episode":
+                earlier.rows[index].append({k: v for k, v in r.items() if k not in ("kind", "policy", "policy_index")})
+            elif r.get("kind") == "policy_end":
+                earlier.ends[index] = r
+                earlier.device[index] = r.get("device")
+            elif r.get("kind") == "event" and r.get("event") == "policy_loaded":
+                earlier.loads[index] = r.get("load") or {}
+        return earlier
+
+    def summary(self, index: int, path: str, onnx: bytes, deadline_s: float) -> dict[str, Any]:
+        """A finished policy's summary: the one its session wrote to the log, with the episode rows;
+        if that session was killed before writing it, rebuilt from the rows (latency from their samples)."""
+        rows = sorted(self.rows[index], key=lambda r: r["episode"])
+        end = self.ends.get(index)
+        if end is not None and end.get("episodes") == [r["episode"] for r in rows]:
+            return end["summary"] | {"episodes": [report_row(r) for r in rows]}
+        load = {"sha256": sha256_hex(onnx), "size_bytes": len(onnx)} | self.loads.get(index, {})
+        return summarize_run(path, LoopRecord(), load, prior_rows=rows, deadline_s=deadline_s)
+
+
+def _report_matches(path: Path, policy_bytes: list[bytes], done: dict[int, list[dict[str, Any]]]) -> bool:
+    """Whether report.json holds every policy of this run with every episode in the log."""
+    try:
+        runs = json.loads(path.read_text()).get("runs") or []
+    except (OSError, ValueError, AttributeError):
+        return False
+    return len(runs) == len(policy_bytes) and all(
+        run.get("sha256") == sha256_hex(onnx)
+        and [e.get("episode") for e in run.get("episodes") or []] == sorted(r["episode"] for r in done[i])
+        for i, (run, onnx) in enumerate(zip(runs, policy_bytes)))
 
 
 def _fly_policy(
@@ -345,6 +412,8 @@ def _fly_policy(
         hello = client.hello()
         report["device"] = report["device"] or {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
         load = client.load_policy(onnx, name=Path(path).name)
+        log_event({"kind": "event", "event": "policy_loaded", "policy": path, "policy_index": index, "load": load,
+                   "t_mono": time.monotonic(), "t_wall": time.time()})  # model size, load time: for a rebuilt summary
         _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
         if load.get("obs_dim") not in (None, cfg.obs_dim):
             raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
