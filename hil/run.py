@@ -522,7 +522,9 @@ def main(argv: list[str] | None = None) -> int:
             print(resume_hint, file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print(f"interrupted: {resume_hint}", file=sys.stderr)
+        # Before its first episode a run has left no log (hil.report.RunLog is deferred): nothing to resume.
+        print(f"interrupted: {resume_hint}" if episodes_logged() else
+              f"interrupted before any episode was recorded: nothing written to {args.out}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -95,6 +95,25 @@ def test_a_failed_run_leaves_the_interrupted_run_before_it_resumable(policies, t
     assert sorted(e["episode"] for e in episodes(run_log(out))) == [0, 1, 2]
 
 
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_run_interrupted_before_its_first_episode_leaves_nothing(policies, tmp_path, how):
+    out = tmp_path / "early"
+    # 50 s episodes (100 steps at 2 Hz): 8 s after the start the first one is surely in flight.
+    command = hil_run_command("--policy", policies[0], "--sim-only", "--level", "easy", "--episodes", 2,
+                              "--max-steps", 100, "--rate-hz", 2, "--out", out)
+    with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         preexec_fn=_default_sigint)) as process:
+        time.sleep(8)
+        assert process.poll() is None
+        process.send_signal(how)
+        code, _, stderr = finish_within(process, 60)
+    if how == signal.SIGINT:
+        assert code == 130 and "nothing written" in stderr and "--resume" not in stderr, stderr[-2000:]
+    else:  # no cleanup ran: what is not on disk was never written (was a header-only run.jsonl)
+        assert code == -signal.SIGKILL
+    assert not list(out.glob("run*.jsonl")) and not (out / "report.json").exists()
+
+
 def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
     out = tmp_path / "study"
     models = []
