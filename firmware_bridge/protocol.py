@@ -119,10 +119,10 @@ def unpack(payload: bytes) -> dict[str, Any]:
     except Exception as exc:  # msgpack raises several unrelated types (ExtraData, FormatError, ValueError...)
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"payload is not valid msgpack ({type(exc).__name__})") from None
     if not isinstance(message, dict):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"message must be a msgpack map, got {type(message).__name__}")
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"message must be a msgpack map, got {wire_type(message)}")
     for key in message:
         if type(key) is not str:
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"map keys must be strings, got {type(key).__name__} key")
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"map keys must be strings, got a {wire_type(key)} key")
     if _map_entries(payload) != len(message):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "message map has a duplicate key")
     return message
@@ -181,8 +181,10 @@ def validate_envelope(message: dict[str, Any]) -> tuple[str, int]:
 def negotiate_version(message: dict[str, Any]) -> int:
     """Pick the highest version both sides speak from a hello's ``versions`` (default: its ``v``)."""
     offered = message.get("versions", [message.get("v")])
-    if not isinstance(offered, list) or not all(type(v) is int for v in offered):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "hello field 'versions' must be a list of integers")
+    if type(offered) is not list or not all(type(v) is int for v in offered):
+        got = wire_type(offered) if type(offered) is not list else (
+            "an array holding a " + next(wire_type(v) for v in offered if type(v) is not int))
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"hello field 'versions' must be an array of ints, got {got}")
     common = set(offered) & set(SUPPORTED_VERSIONS)
     if not common:
         raise ProtocolError(
@@ -192,11 +194,23 @@ def negotiate_version(message: dict[str, Any]) -> int:
     return max(common)
 
 
-def require_field(message: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    value = message.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"field {name!r} must be {names}, got {type(value).__name__}")
+# The msgpack type a peer sent, in the words docs/protocol.md uses: a firmware writer knows nil and
+# bin, not Python's NoneType and bytes.
+_WIRE_TYPES: dict[type, str] = {
+    type(None): "nil", bool: "bool", int: "int", float: "float", str: "str", bytes: "bin", list: "array", dict: "map",
+}
+
+
+def wire_type(value: Any) -> str:
+    return _WIRE_TYPES.get(type(value), type(value).__name__)
+
+
+def optional_str(message: dict[str, Any], name: str) -> str:
+    """An optional str field: absent gives "", present must be a str. nil is not "absent": the doc
+    marks where nil is allowed ("or nil"), and a typo'd encoder should hear about it, not be guessed at."""
+    value = message.get(name, "")
+    if type(value) is not str:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"field {name!r} must be a str if present, got {wire_type(value)}")
     return value
 
 
@@ -268,12 +282,14 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
     """
     if type(data) is not bytes:
         raise ProtocolError(
-            ErrorCode.BAD_OBSERVATION, f"field 'obs' must be msgpack bin (raw float32 bytes), got {type(data).__name__}"
+            ErrorCode.BAD_OBSERVATION,
+            f"field 'obs' must be msgpack bin (raw float32 bytes), got {wire_type(data)}"
+            + (" (missing?)" if data is None else ""),
         )
     if dtype is not None and (type(dtype) is not str or dtype not in OBS_DTYPE_NAMES):
         raise ProtocolError(
             ErrorCode.BAD_OBSERVATION,
-            f"obs dtype {str(dtype)[:32]!r} not supported; send little-endian float32 ('<f4')",
+            f"obs dtype {dtype!r:.32} not supported; send '<f4' or 'float32' (little-endian float32)",
         )
     expected_bytes = obs_dim * 4
     if len(data) != expected_bytes:
@@ -284,8 +300,9 @@ def decode_observation(data: Any, shape: Any, dtype: Any, obs_dim: int) -> np.nd
         )
     # type checks too: [1032.0] and [True, 1032] compare equal to the right shapes in Python.
     if (shape != [obs_dim] and shape != [1, obs_dim]) or any(type(d) is not int for d in shape):
+        # !r: a str shape could carry a newline, and an error reply is one line.
         raise ProtocolError(
-            ErrorCode.BAD_OBSERVATION, f"obs shape {str(shape)[:64]} invalid; expected [{obs_dim}] or [1, {obs_dim}]"
+            ErrorCode.BAD_OBSERVATION, f"obs shape {shape!r:.64} invalid; expected [{obs_dim}] or [1, {obs_dim}] (ints)"
         )
     values = np.frombuffer(data, dtype=OBS_WIRE_DTYPE)
     zeros = _ZEROS.get(obs_dim)

@@ -48,6 +48,7 @@ from firmware_bridge.protocol import (
     is_sha256_hex,
     negotiate_version,
     ok_reply,
+    optional_str,
     pack,
     peek_seq,
     unpack,
@@ -321,7 +322,10 @@ class BridgeServer:
             raise ProtocolError(
                 ErrorCode.NO_POLICY, "no policy loaded: send load_policy first (or start with --policy)"
             )
-        obs = decode_observation(message.get("obs"), message.get("shape"), message.get("dtype"), policy.obs_dim)
+        dtype = message.get("dtype")
+        if dtype is None and "dtype" in message:  # optional means absent: nil is not a dtype (section 4.3)
+            raise ProtocolError(ErrorCode.BAD_OBSERVATION, "obs dtype is nil; leave it out or send '<f4'")
+        obs = decode_observation(message.get("obs"), message.get("shape"), dtype, policy.obs_dim)
         start_ns = time.perf_counter_ns()
         action, setpoint, logits = policy.act(obs)
         infer_ns = time.perf_counter_ns() - start_ns
@@ -344,6 +348,7 @@ class BridgeServer:
 
     def _on_hello(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         version = negotiate_version(message)
+        optional_str(message, "client")  # free text the bridge does not use, but typed as documented
         reply = ok_reply(
             MsgType.HELLO,
             seq,
@@ -372,9 +377,7 @@ class BridgeServer:
             raise ProtocolError(
                 ErrorCode.BAD_MESSAGE, "field 'sha256' must be the model's sha256 as 64 lowercase hex digits"
             )
-        name = message.get("name") or ""
-        if type(name) is not str:
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "field 'name' must be a string")
+        name = optional_str(message, "name")
         if "size" in message or "offset" in message:  # one chunk of a model larger than a message
             size, offset = message.get("size"), message.get("offset")
             if (self.policy is not None and self.policy.sha256 == declared_sha256 and type(size) is int
