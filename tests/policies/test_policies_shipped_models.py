@@ -10,8 +10,9 @@ import pytest
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 CARDS = {"policy1_fp32.onnx": "policy1", "policy2_fp32.onnx": "policy2", "policy3_fp32.onnx": "policy3",
-         "policy1_hard_fp32.onnx": "policy1_hard", "policy2_hard_fp32.onnx": "policy2_hard",
-         "policy3_hard_fp32.onnx": "policy3_hard"}
+         "policy1_hard_fp32.onnx": "policy1_hard", "policy2_hard_fp32.onnx": "policy2_hard"}
+# policy3_hard.md/.json describe a trained model whose ONNX file is not in models/ (the listing used to hide
+# that by testing only the files present); it is not shipped, and the README's tables do not list it.
 SHIPPED = list(CARDS)  # named: a removed model fails its test instead of dropping it
 
 
