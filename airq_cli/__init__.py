@@ -17,6 +17,7 @@ both agree): exit 0 done, 1 the work failed (device, network), 2 the user's mist
 interrupted; a user error is exactly one stderr line ``error: <message>``, never a traceback; usage
 lines say ``python -m ...`` and ``--help`` shows every default.
 """
+
 from airq_cli.contract import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -31,7 +32,20 @@ from airq_cli.parser import ArgumentParser, HelpFormatter, defaults_from
 from airq_cli.paths import check_output_dir, check_output_file, file_mode, output_dir, output_file
 
 __all__ = [
-    "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE", "EXIT_INTERRUPTED", "UserError", "OutputError", "error_line", "run",
-    "ArgumentParser", "HelpFormatter", "defaults_from",
-    "check_output_dir", "check_output_file", "output_dir", "output_file", "file_mode",
+    "EXIT_OK",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "UserError",
+    "OutputError",
+    "error_line",
+    "run",
+    "ArgumentParser",
+    "HelpFormatter",
+    "defaults_from",
+    "check_output_dir",
+    "check_output_file",
+    "output_dir",
+    "output_file",
+    "file_mode",
 ]

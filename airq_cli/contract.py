@@ -1,8 +1,9 @@
 """Exit codes, the user-error type and the one wrapper every ``__main__`` goes through."""
+
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the work itself failed (a bridge died, the network went away)
@@ -25,8 +26,11 @@ def error_line(error: BaseException | str) -> str:
     return f"error: {first}"
 
 
-def run(main: Callable[[list[str] | None], int], argv: list[str] | None = None,
-        failures: tuple[type[BaseException], ...] = ()) -> int:
+def run(
+    main: Callable[[list[str] | None], int],
+    argv: list[str] | None = None,
+    failures: tuple[type[BaseException], ...] = (),
+) -> int:
     """Call ``main(argv)`` and return its exit code: a UserError becomes one line and exit 2, one of
     ``failures`` one line and exit 1, Ctrl-C exit 130, argparse's exit (--help, a bad flag) its code,
     so in-process callers always get an int. Anything else is a bug and keeps its traceback."""

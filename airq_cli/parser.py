@@ -1,4 +1,5 @@
 """argparse with the contract: one-line errors (exit 2), ``python -m`` usage, defaults in --help."""
+
 from __future__ import annotations
 
 import argparse
@@ -74,12 +75,17 @@ class _SubParser(ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def defaults_from(parser: argparse.ArgumentParser, cls: type, names: dict[str, str] | None = None) -> argparse.ArgumentParser:
+def defaults_from(
+    parser: argparse.ArgumentParser, cls: type, names: dict[str, str] | None = None
+) -> argparse.ArgumentParser:
     """Take each flag's default from the dataclass field of the same name (or ``names[dest]``), so it
     is written once. Paths become strings so that ``type=output_dir`` checks them like typed values."""
     # append actions add to their default: a dataclass's list default would be kept under the user's values
-    field_of = {a.dest: (names or {}).get(a.dest, a.dest) for a in parser._actions  # noqa: SLF001 - no public list
-                if not isinstance(a, argparse._AppendAction)}  # noqa: SLF001
+    field_of = {
+        a.dest: (names or {}).get(a.dest, a.dest)
+        for a in parser._actions  # noqa: SLF001 - no public list
+        if not isinstance(a, argparse._AppendAction)
+    }  # noqa: SLF001
     fields = {f.name: f for f in dataclasses.fields(cls)}
     defaults = {}
     for dest, name in field_of.items():

@@ -1,5 +1,6 @@
 """Output paths checked while the arguments are parsed, before any long work: a file where a folder
 is needed, a folder where a file is, a place nobody can write. Also the mode results are written with."""
+
 from __future__ import annotations
 
 import argparse

@@ -124,10 +124,19 @@ def echo_server() -> None:
         frames = sock.recv_multipart()
         recv_ns = monotonic_ns()
         message = unpack(frames[-1])
-        frames[-1] = pack({
-            "v": 1, "type": message.get("type"), "seq": message.get("seq"), "action": 0, "setpoint": None,
-            "logits": None, "infer_ns": 0, "recv_ns": recv_ns, "send_ns": monotonic_ns(),
-        })
+        frames[-1] = pack(
+            {
+                "v": 1,
+                "type": message.get("type"),
+                "seq": message.get("seq"),
+                "action": 0,
+                "setpoint": None,
+                "logits": None,
+                "infer_ns": 0,
+                "recv_ns": recv_ns,
+                "send_ns": monotonic_ns(),
+            }
+        )
         sock.send_multipart(frames)
 
 
@@ -178,8 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         bridge = stack.enter_context(
             # Its own bridge: limits sized so the model goes up in one message.
-            BridgeProcess(["--threads", str(args.threads), "--max-message-bytes", str(max(len(model) * 2, 1 << 20)),
-                           "--max-model-bytes", str(max(len(model), DEFAULT_MAX_MODEL_BYTES))])
+            BridgeProcess(
+                [
+                    "--threads",
+                    str(args.threads),
+                    "--max-message-bytes",
+                    str(max(len(model) * 2, 1 << 20)),
+                    "--max-model-bytes",
+                    str(max(len(model), DEFAULT_MAX_MODEL_BYTES)),
+                ]
+            )
         )
         echo = None if args.no_baseline else stack.enter_context(EchoProcess())
         client = Roundtripper(bridge.endpoint, args.client)

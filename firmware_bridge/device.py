@@ -79,11 +79,12 @@ def format_versions(versions: dict[str, str]) -> str:
 
 
 def device_info(bridge_version: str) -> dict[str, Any]:
-    from firmware_bridge.int8_kernels import int8_kernels
     import msgpack
     import numpy
     import onnxruntime
     import zmq
+
+    from firmware_bridge.int8_kernels import int8_kernels
 
     usable_cores: int | None
     try:

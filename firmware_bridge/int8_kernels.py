@@ -16,6 +16,7 @@ at 1,048,544 (= 32 x 32,767) instead of 2,072,640.
 The model is embedded as bytes because the device side must not need the onnx package; the test
 suite rebuilds it with onnx.helper and checks they are the same model.
 """
+
 from __future__ import annotations
 
 import base64
@@ -85,8 +86,10 @@ class Int8Kernels:
         if self.u8s8_exact:
             return f"int8 kernels exact (onnxruntime {self.onnxruntime}; {self.cpu_features})"
         if self.u8s7_exact:
-            return (f"int8 kernels saturate on full-range int8 weights (16-bit pair sums; onnxruntime {self.onnxruntime}; "
-                    f"{self.cpu_features}, no VNNI); u8s7 weights are exact")
+            return (
+                f"int8 kernels saturate on full-range int8 weights (16-bit pair sums; onnxruntime {self.onnxruntime}; "
+                f"{self.cpu_features}, no VNNI); u8s7 weights are exact"
+            )
         return f"int8 kernels inexact even for u8s7 weights (onnxruntime {self.onnxruntime}; {self.cpu_features})"
 
     def exact_for(self, scheme: str) -> bool:
@@ -97,11 +100,16 @@ class Int8Kernels:
         return asdict(self) | {"kind": self.kind}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Int8Kernels":
+    def from_dict(cls, d: dict) -> Int8Kernels:
         """From a peer's as_dict() (a device's hello): unknown or missing fields give an unknown verdict."""
         try:
-            return cls(bool(d["u8s8_exact"]), bool(d["u8s7_exact"]), str(d.get("cpu_features", "")),
-                       str(d.get("onnxruntime", "")), d.get("error") if isinstance(d.get("error"), str) else None)
+            return cls(
+                bool(d["u8s8_exact"]),
+                bool(d["u8s7_exact"]),
+                str(d.get("cpu_features", "")),
+                str(d.get("onnxruntime", "")),
+                d.get("error") if isinstance(d.get("error"), str) else None,
+            )
         except (KeyError, TypeError, AttributeError):
             return cls(False, False, "", "", "the device did not report its int8 kernels")
 
@@ -147,5 +155,7 @@ def saturation_warning(metadata: dict[str, str], kernels: Int8Kernels | None = N
     k = kernels or int8_kernels()
     if k.exact_for(scheme):
         return None
-    return (f"this {scheme} int8 model is not computed exactly here ({k.describe()}): its actions can differ "
-            f"from a VNNI or Arm host's; re-quantize with `python -m quantize ptq ... --scheme u8s7`")
+    return (
+        f"this {scheme} int8 model is not computed exactly here ({k.describe()}): its actions can differ "
+        f"from a VNNI or Arm host's; re-quantize with `python -m quantize ptq ... --scheme u8s7`"
+    )

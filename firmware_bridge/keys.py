@@ -97,7 +97,9 @@ class ClientCurve:
     server_public: bytes
 
     @classmethod
-    def from_files(cls, client_secret_file: str | os.PathLike[str], server_public_file: str | os.PathLike[str]) -> ClientCurve:
+    def from_files(
+        cls, client_secret_file: str | os.PathLike[str], server_public_file: str | os.PathLike[str]
+    ) -> ClientCurve:
         public, secret = load_key_pair(client_secret_file)
         return cls(public=public, secret=secret, server_public=load_public_key(server_public_file))
 

@@ -89,8 +89,11 @@ class PeerLimiter:
             duplicate.close()
         self.refused += 1
         if self.refused <= 10 or self.refused % 1000 == 0:
-            log.warning("refused a connection: %d peers already connected (--max-peers); %d refused so far",
-                        self.max_peers, self.refused)
+            log.warning(
+                "refused a connection: %d peers already connected (--max-peers); %d refused so far",
+                self.max_peers,
+                self.refused,
+            )
 
     def stop(self) -> None:
         try:

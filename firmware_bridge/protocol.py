@@ -182,8 +182,11 @@ def negotiate_version(message: dict[str, Any]) -> int:
     """Pick the highest version both sides speak from a hello's ``versions`` (default: its ``v``)."""
     offered = message.get("versions", [message.get("v")])
     if type(offered) is not list or not all(type(v) is int for v in offered):
-        got = wire_type(offered) if type(offered) is not list else (
-            "an array holding a " + next(wire_type(v) for v in offered if type(v) is not int))
+        got = (
+            wire_type(offered)
+            if type(offered) is not list
+            else ("an array holding a " + next(wire_type(v) for v in offered if type(v) is not int))
+        )
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"hello field 'versions' must be an array of ints, got {got}")
     common = set(offered) & set(SUPPORTED_VERSIONS)
     if not common:
@@ -197,7 +200,14 @@ def negotiate_version(message: dict[str, Any]) -> int:
 # The msgpack type a peer sent, in the words docs/protocol.md uses: a firmware writer knows nil and
 # bin, not Python's NoneType and bytes.
 _WIRE_TYPES: dict[type, str] = {
-    type(None): "nil", bool: "bool", int: "int", float: "float", str: "str", bytes: "bin", list: "array", dict: "map",
+    type(None): "nil",
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    bytes: "bin",
+    list: "array",
+    dict: "map",
 }
 
 

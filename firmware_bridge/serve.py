@@ -129,8 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno == errno.EADDRNOTAVAIL:
             # At boot the address may not be up yet: a distinct code that systemd's Restart=on-failure
             # retries (exit 2 is RestartPreventExitStatus: a configuration error a restart cannot fix).
-            print(f"error: --bind {args.bind}: address not available yet (network not up?); exit "
-                  f"{TRANSIENT_FAILURE_EXIT} so the service manager retries", file=sys.stderr)
+            print(
+                f"error: --bind {args.bind}: address not available yet (network not up?); exit "
+                f"{TRANSIENT_FAILURE_EXIT} so the service manager retries",
+                file=sys.stderr,
+            )
             return TRANSIENT_FAILURE_EXIT
         fail(f"--bind {args.bind}: cannot bind: {zmq.strerror(exc.errno or 0)}", prog=PROG)
     if policy is not None:

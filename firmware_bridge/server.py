@@ -26,8 +26,8 @@ from zmq.auth.thread import ThreadAuthenticator
 from firmware_bridge import __version__
 from firmware_bridge.actuator import Actuator, HoldWatchdog
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
-from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
 from firmware_bridge.int8_kernels import saturation_warning
+from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
 from firmware_bridge.peers import PeerLimiter
 from firmware_bridge.policy import Policy, load_policy
 from firmware_bridge.protocol import (
@@ -35,9 +35,9 @@ from firmware_bridge.protocol import (
     DEFAULT_MAX_MODEL_BYTES,
     DEFAULT_MAX_PEERS,
     HANDSHAKE_TIMEOUT_MS,
+    PROTOCOL_VERSION,
     RCVHWM_MESSAGES,
     SNDHWM_MESSAGES,
-    PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     TRANSPORT_SLACK_BYTES,
     ErrorCode,
@@ -199,8 +199,12 @@ class BridgeServer:
         self.socket.curve_secretkey = secret
         self.socket.curve_publickey = public
         self.socket.curve_server = True
-        log.info("CurveZMQ on: bridge key %s, %d allowed client key(s) from %s",
-                 public.decode(), len(allowed), config.curve_clients_dir)
+        log.info(
+            "CurveZMQ on: bridge key %s, %d allowed client key(s) from %s",
+            public.decode(),
+            len(allowed),
+            config.curve_clients_dir,
+        )
 
     # ------------------------------------------------------------------ loop
 
@@ -380,13 +384,16 @@ class BridgeServer:
         name = optional_str(message, "name")
         if "size" in message or "offset" in message:  # one chunk of a model larger than a message
             size, offset = message.get("size"), message.get("offset")
-            if (self.policy is not None and self.policy.sha256 == declared_sha256 and type(size) is int
-                    and type(offset) is int and offset + len(onnx_bytes) == size == self.policy.size_bytes):
+            if (
+                self.policy is not None
+                and self.policy.sha256 == declared_sha256
+                and type(size) is int
+                and type(offset) is int
+                and offset + len(onnx_bytes) == size == self.policy.size_bytes
+            ):
                 # The completing chunk again (its reply was lost): that model is already loaded.
-                return ok_reply(MsgType.LOAD_POLICY, seq, received=size, replaced_sha256=None,
-                                **self.policy.summary())
-            received, complete = self.uploads.add(sha256=declared_sha256, size=size, offset=offset,
-                                                  chunk=onnx_bytes)
+                return ok_reply(MsgType.LOAD_POLICY, seq, received=size, replaced_sha256=None, **self.policy.summary())
+            received, complete = self.uploads.add(sha256=declared_sha256, size=size, offset=offset, chunk=onnx_bytes)
             if complete is None:
                 return ok_reply(MsgType.LOAD_POLICY, seq, received=received, size=size)
             onnx_bytes = complete
@@ -404,8 +411,11 @@ class BridgeServer:
         )
         previous = self.install_policy(policy)
         return ok_reply(
-            MsgType.LOAD_POLICY, seq, received=len(onnx_bytes), replaced_sha256=previous.sha256 if previous else None,
-            **policy.summary()
+            MsgType.LOAD_POLICY,
+            seq,
+            received=len(onnx_bytes),
+            replaced_sha256=previous.sha256 if previous else None,
+            **policy.summary(),
         )
 
     def _on_status(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:

@@ -36,8 +36,9 @@ class UploadSlot:
     def staged_bytes(self) -> int:
         return len(self._staging.data) if self._staging else 0
 
-    def add(self, *, sha256: str, size: object, offset: object, chunk: bytes, now_ns: int | None = None
-            ) -> tuple[int, bytes | None]:
+    def add(
+        self, *, sha256: str, size: object, offset: object, chunk: bytes, now_ns: int | None = None
+    ) -> tuple[int, bytes | None]:
         """Take one chunk; returns (bytes received so far, the complete model once the last byte is in)."""
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
         if type(size) is not int or size <= 0:
@@ -66,7 +67,7 @@ class UploadSlot:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"chunk at offset {offset}, expected offset {received}")
         if offset + len(chunk) > received:
             if offset < received:  # partly a resend: only the new tail is appended
-                chunk = chunk[received - offset:]
+                chunk = chunk[received - offset :]
             staging.data += chunk
         staging.touched_ns = now_ns
         if len(staging.data) < size:

@@ -62,7 +62,9 @@ BRIDGE_DEPS = ("numpy", "onnxruntime", "pyzmq", "msgpack")  # exactly the bridge
 RECIPE_VERSION = 1  # bump when the way rootfs/ is built changes: caches rebuild
 APT_HINT = "apt-get install -y qemu-user-static debootstrap"
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"  # the locked install (Makefile): the guest's wheels use its versions
+LOCK_FILE = (
+    REPO_ROOT / "requirements" / "lock.txt"
+)  # the locked install (Makefile): the guest's wheels use its versions
 SBIN_DIRS = ("/usr/sbin", "/sbin")  # debootstrap lives here; not on a normal user's PATH
 
 
@@ -98,7 +100,11 @@ CPUS = {
     "cortex-a72": CpuModel("cortex-a72", "Raspberry Pi 4", "0x0", "0xd08", 3, "fp asimd evtstrm crc32 cpuid"),
     # The Pi 5's core has the dot-product instructions (asimddp): onnxruntime picks other int8 kernels there.
     "cortex-a76": CpuModel(
-        "cortex-a76", "Raspberry Pi 5", "0x4", "0xd0b", 1,
+        "cortex-a76",
+        "Raspberry Pi 5",
+        "0x4",
+        "0xd0b",
+        1,
         "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp",
     ),  # fmt: skip
 }
@@ -130,7 +136,9 @@ def selected_cpu(cpu: str | None = None) -> str:
     """The argument, else AIRQ_ARM_CPU, else cortex-a72 (Pi 4); never qemu's default `max`."""
     cpu = cpu or os.environ.get("AIRQ_ARM_CPU") or CPU
     if cpu not in CPUS:
-        raise ArmSetupError(f"CPU model {cpu!r} (AIRQ_ARM_CPU / --cpu) is not supported: choose one of {', '.join(CPUS)}")
+        raise ArmSetupError(
+            f"CPU model {cpu!r} (AIRQ_ARM_CPU / --cpu) is not supported: choose one of {', '.join(CPUS)}"
+        )
     return cpu
 
 
@@ -156,7 +164,9 @@ def find_qemu() -> str:
     path = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
     qemu = shutil.which("qemu-aarch64-static", path=path)
     if not qemu:
-        raise ArmSetupError(f"the emulated aarch64 bridge needs qemu-user-static: run `{APT_HINT}` (as root), then retry")
+        raise ArmSetupError(
+            f"the emulated aarch64 bridge needs qemu-user-static: run `{APT_HINT}` (as root), then retry"
+        )
     return qemu
 
 
@@ -309,7 +319,12 @@ def _write_stamp(d: Path, data: dict) -> None:
 
 
 def _rootfs_recipe() -> dict:
-    return {"recipe": RECIPE_VERSION, "suite": SUITE, "arch": "arm64", "cpuinfo": hashlib.sha256(cpuinfo_text().encode()).hexdigest()[:12]}
+    return {
+        "recipe": RECIPE_VERSION,
+        "suite": SUITE,
+        "arch": "arm64",
+        "cpuinfo": hashlib.sha256(cpuinfo_text().encode()).hexdigest()[:12],
+    }
 
 
 @contextlib.contextmanager
@@ -318,7 +333,9 @@ def _locked(cache: Path) -> Iterator[None]:
         cache.mkdir(parents=True, exist_ok=True)
         fd = os.open(cache / ".lock", os.O_RDONLY | os.O_CREAT, 0o644)  # read-only is enough for flock
     except OSError as e:
-        raise ArmSetupError(f"cannot use the arm64 cache {cache}: {e.strerror} (AIRQ_ARM_CACHE picks another)") from None
+        raise ArmSetupError(
+            f"cannot use the arm64 cache {cache}: {e.strerror} (AIRQ_ARM_CACHE picks another)"
+        ) from None
     with os.fdopen(fd) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -362,24 +379,42 @@ def _replace_dir(tmp: Path, final: Path) -> None:
 
 def _build_rootfs(cache: Path, debootstrap: str) -> Path:
     if os.geteuid() != 0:
-        raise ArmSetupError(f"building the arm64 root filesystem needs root (debootstrap): run `sudo {sys.executable} -m hil.arm prepare` once")
+        raise ArmSetupError(
+            f"building the arm64 root filesystem needs root (debootstrap): run `sudo {sys.executable} -m hil.arm prepare` once"
+        )
     mirror = debian_mirror()
     tmp = _mkdtemp("rootfs.tmp-", cache)
     t0 = time.monotonic()
     _log(f"building a Debian {SUITE} arm64 root filesystem with Python 3.11 from {mirror} (one-off, ~1 min)")
     try:
         _run(
-            [debootstrap, "--foreign", "--arch=arm64", "--variant=minbase", "--include=python3.11", SUITE, str(tmp), mirror],
+            [
+                debootstrap,
+                "--foreign",
+                "--arch=arm64",
+                "--variant=minbase",
+                "--include=python3.11",
+                SUITE,
+                str(tmp),
+                mirror,
+            ],
             "debootstrap",
         )
         # --foreign unpacked only the 'required' packages; unpack the rest (python3.11 and its libraries)
         # without running any maintainer script (that would need the emulated second stage).
-        debpaths = dict(line.split(None, 1) for line in (tmp / "debootstrap" / "debpaths").read_text().splitlines() if line.strip())
+        debpaths = dict(
+            line.split(None, 1) for line in (tmp / "debootstrap" / "debpaths").read_text().splitlines() if line.strip()
+        )
         for pkg in (tmp / "debootstrap" / "base").read_text().split():
             deb = tmp / debpaths[pkg].strip().lstrip("/")
             # --keep-directory-symlink: keep the merged-/usr links (lib -> usr/lib) instead of replacing them
             dpkg = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
-            tar = subprocess.run(["tar", "-x", "--keep-directory-symlink", "-C", str(tmp)], stdin=dpkg.stdout, capture_output=True, text=True)
+            tar = subprocess.run(
+                ["tar", "-x", "--keep-directory-symlink", "-C", str(tmp)],
+                stdin=dpkg.stdout,
+                capture_output=True,
+                text=True,
+            )
             dpkg.wait()
             if dpkg.returncode or tar.returncode:
                 raise ArmSetupError(f"unpacking {deb.name} failed: {tar.stderr.strip()[-300:]}")
@@ -396,7 +431,9 @@ def _build_rootfs(cache: Path, debootstrap: str) -> Path:
         (proc / "cpuinfo").write_text(cpuinfo_text())
         if not (tmp / GUEST_PYTHON).is_file():
             raise ArmSetupError(f"{GUEST_PYTHON} missing from the root filesystem after unpacking")
-        _write_stamp(tmp, _rootfs_recipe() | {"mirror": mirror, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        _write_stamp(
+            tmp, _rootfs_recipe() | {"mirror": mirror, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        )
         final = cache / "rootfs"
         _replace_dir(tmp, final)
     except BaseException:
@@ -409,7 +446,10 @@ def _build_rootfs(cache: Path, debootstrap: str) -> Path:
 def _cpu_view(cache: Path, rootfs: Path, cpu: str) -> Path:
     """rootfs as seen with another CPU's cpuinfo: links to rootfs's top-level entries, its own proc/."""
     final = cache / f"rootfs-{cpu}"
-    key = {"rootfs_built": (_read_stamp(rootfs) or {}).get("built"), "cpuinfo": hashlib.sha256(cpuinfo_text(cpu).encode()).hexdigest()[:12]}
+    key = {
+        "rootfs_built": (_read_stamp(rootfs) or {}).get("built"),
+        "cpuinfo": hashlib.sha256(cpuinfo_text(cpu).encode()).hexdigest()[:12],
+    }
     stamp = _read_stamp(final)
     if stamp is not None and all(stamp.get(k) == v for k, v in key.items()):
         return final
@@ -432,7 +472,9 @@ def _wheel_tags(site: Path) -> dict[str, str]:
     """{distribution-version: first wheel tag} of what pip installed, e.g. 'cp311-cp311-manylinux_2_28_aarch64'."""
     tags = {}
     for wheel in sorted(site.glob("*.dist-info/WHEEL")):
-        tag = next((line.split(":", 1)[1].strip() for line in wheel.read_text().splitlines() if line.startswith("Tag:")), "?")
+        tag = next(
+            (line.split(":", 1)[1].strip() for line in wheel.read_text().splitlines() if line.startswith("Tag:")), "?"
+        )
         tags[wheel.parent.name.removesuffix(".dist-info")] = tag
     return tags
 

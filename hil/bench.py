@@ -16,6 +16,7 @@ times, interleaved, and the overhead is reported per repeat: a distribution, not
 same run, alternating their order from repeat to repeat.
 Without --policy it takes the shipped models that exist among models/policy{1,2,3}_{fp32,int8}.onnx.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -102,9 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", action="append", help="ONNX policy (repeatable); default: the shipped models present")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3, help="closed loop + echo runs per policy, interleaved (default 3)")
-    p.add_argument("--spin-us", type=float, action="append",
-                   help=f"client reply wait: check without blocking this long first (default {DEFAULT_SPIN_US:g}); "
-                        "repeat the flag to compare values A/B in the same run")
+    p.add_argument(
+        "--spin-us",
+        type=float,
+        action="append",
+        help=f"client reply wait: check without blocking this long first (default {DEFAULT_SPIN_US:g}); "
+        "repeat the flag to compare values A/B in the same run",
+    )
     p.add_argument("--no-echo", action="store_true", help="skip the bare ZeroMQ + msgpack echo loops")
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
@@ -115,17 +120,24 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("no policy given and no shipped model found in models/; pass --policy FILE")
     missing = [m for m in policies if not Path(m).is_file()]
     spins = a.spin_us or [DEFAULT_SPIN_US]
-    problem = (f"policy file not found: {missing[0]}" if missing else "--episodes must be >= 1" if a.episodes < 1
-               else "--repeats must be >= 1" if a.repeats < 1
-               else "--spin-us must be >= 0 microseconds" if not all(s >= 0 for s in spins)
-               else "--spin-us values must differ" if len(set(spins)) != len(spins) else None)
+    problem = (
+        f"policy file not found: {missing[0]}"
+        if missing
+        else "--episodes must be >= 1"
+        if a.episodes < 1
+        else "--repeats must be >= 1"
+        if a.repeats < 1
+        else "--spin-us must be >= 0 microseconds"
+        if not all(s >= 0 for s in spins)
+        else "--spin-us values must differ"
+        if len(set(spins)) != len(spins)
+        else None
+    )
     if problem:
         raise UserError(problem)
     cfg = load_level(a.level)
     runs: dict[tuple[str, float], list[dict[str, Any]]] = {(path, s): [] for path in policies for s in spins}
-    samples: dict[tuple[str, float], dict[str, list[int]]] = {
-        key: {"rtt": [], "infer": [], "echo": []} for key in runs
-    }
+    samples: dict[tuple[str, float], dict[str, list[int]]] = {key: {"rtt": [], "infer": [], "echo": []} for key in runs}
     echo = echo_client = None
     try:
         if not a.no_echo:
@@ -144,17 +156,24 @@ def main(argv: list[str] | None = None) -> int:
                         client.spin_ns = int(spin * 1000)
                         rec = run_closed_loop(client, cfg, a.episodes, a.seed, keep_trajectories=0)
                         run = summarize_run(path, rec, load)
-                        row = {"repeat": rep, "actuation_hz": run["actuation_hz"], "steps": run["steps"],
-                               "deadline_misses": run["deadline_misses"],
-                               "overhead_p50_us": run["overhead_us"]["p50"], "round_trip_p50_us": run["round_trip_us"]["p50"],
-                               "device_inference_p50_us": run["device_inference_us"]["p50"],
-                               "success_rate": run["outcomes"]["success_rate"]}
+                        row = {
+                            "repeat": rep,
+                            "actuation_hz": run["actuation_hz"],
+                            "steps": run["steps"],
+                            "deadline_misses": run["deadline_misses"],
+                            "overhead_p50_us": run["overhead_us"]["p50"],
+                            "round_trip_p50_us": run["round_trip_us"]["p50"],
+                            "device_inference_p50_us": run["device_inference_us"]["p50"],
+                            "success_rate": run["outcomes"]["success_rate"],
+                        }
                         got = samples[(path, spin)]
                         got["rtt"] += rec.rtt_ns
                         got["infer"] += rec.infer_ns
                         if echo_client is not None:
                             echo_client.spin_ns = int(spin * 1000)
-                            echo_rtt, echo_misses = echo_loop(echo_client, cfg, min(len(rec.rtt_ns), ECHO_MAX_ACTS), a.seed)
+                            echo_rtt, echo_misses = echo_loop(
+                                echo_client, cfg, min(len(rec.rtt_ns), ECHO_MAX_ACTS), a.seed
+                            )
                             got["echo"] += echo_rtt
                             row["echo_round_trip_p50_us"] = percentiles_us(echo_rtt)["p50"]
                             row["echo_deadline_misses"] = echo_misses
@@ -171,17 +190,30 @@ def main(argv: list[str] | None = None) -> int:
             echo_client.close()
         if echo is not None:
             echo.close()
-    rows = [summarize_rows(path, spin, runs[(path, spin)], samples[(path, spin)]) for path in policies for spin in spins]
+    rows = [
+        summarize_rows(path, spin, runs[(path, spin)], samples[(path, spin)]) for path in policies for spin in spins
+    ]
     print_table(rows, a, spins)
     if a.out:
-        from nav_env.bench import _cpu_name
-
         from firmware_bridge.device import package_versions
         from firmware_bridge.int8_kernels import int8_kernels
+        from nav_env.bench import _cpu_name
 
-        write_atomic(a.out, json.dumps({"level": a.level, "episodes": a.episodes, "repeats": a.repeats,
-                                        "cpu": _cpu_name(), "int8_kernels": int8_kernels().as_dict(),
-                                        "versions": package_versions(), "rows": rows}, indent=1).encode())
+        write_atomic(
+            a.out,
+            json.dumps(
+                {
+                    "level": a.level,
+                    "episodes": a.episodes,
+                    "repeats": a.repeats,
+                    "cpu": _cpu_name(),
+                    "int8_kernels": int8_kernels().as_dict(),
+                    "versions": package_versions(),
+                    "rows": rows,
+                },
+                indent=1,
+            ).encode(),
+        )
     return 0
 
 
@@ -193,9 +225,15 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
     ovh_by_rep = [r["overhead_p50_us"] for r in reps]
     echo_by_rep = [r["echo_round_trip_p50_us"] for r in reps if "echo_round_trip_p50_us" in r]
     row: dict[str, Any] = {
-        "policy": path, "spin_us": spin, "repeats": reps, "steps": reps[0]["steps"],
-        "actuation_hz": hz, "in_process_hz": local_hz, "closed_loop_over_in_process": hz / local_hz,
-        "round_trip_us": percentiles_us(got["rtt"]), "device_inference_us": percentiles_us(got["infer"]),
+        "policy": path,
+        "spin_us": spin,
+        "repeats": reps,
+        "steps": reps[0]["steps"],
+        "actuation_hz": hz,
+        "in_process_hz": local_hz,
+        "closed_loop_over_in_process": hz / local_hz,
+        "round_trip_us": percentiles_us(got["rtt"]),
+        "device_inference_us": percentiles_us(got["infer"]),
         "overhead_us": percentiles_us(overhead),
         "overhead_p50_us_by_repeat": ovh_by_rep,
         "in_process_inference_us": {"p50": _median([r["in_process_inference_p50_us"] for r in reps])},
@@ -210,28 +248,37 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
 
 
 def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[float]) -> None:
-    from nav_env.bench import _cpu_name
-
     from firmware_bridge.device import format_versions, package_versions
     from firmware_bridge.int8_kernels import int8_kernels
+    from nav_env.bench import _cpu_name
 
-    print(f"hil.bench: sim-only, TCP loopback, free-running, one env, level {a.level}, {a.episodes} episodes "
-          f"x {a.repeats} repeat(s); {_cpu_name()}: {int8_kernels().describe()}; {format_versions(package_versions())}")
+    print(
+        f"hil.bench: sim-only, TCP loopback, free-running, one env, level {a.level}, {a.episodes} episodes "
+        f"x {a.repeats} repeat(s); {_cpu_name()}: {int8_kernels().describe()}; {format_versions(package_versions())}"
+    )
     spin_col = len(spins) > 1
-    print(f"{'policy':<24}{'spin':>6}" * spin_col + f"{'policy':<24}" * (not spin_col)
-          + f"{'steps':>6}{'loop Hz':>8}{'in-proc Hz':>11}{'ratio':>6}{'rtt p50':>8}{'infer p50':>10}"
-          f"{'ovh p50 (min-max)':>19}{'ovh p99':>8}{'echo p50 (min-max)':>19}")
+    print(
+        f"{'policy':<24}{'spin':>6}" * spin_col
+        + f"{'policy':<24}" * (not spin_col)
+        + f"{'steps':>6}{'loop Hz':>8}{'in-proc Hz':>11}{'ratio':>6}{'rtt p50':>8}{'infer p50':>10}"
+        f"{'ovh p50 (min-max)':>19}{'ovh p99':>8}{'echo p50 (min-max)':>19}"
+    )
     for r in rows:
         ovh = r["overhead_p50_us_by_repeat"]
         echo = r.get("echo_round_trip_p50_us_by_repeat") or []
         echo_text = f"{_median(echo):.0f} ({min(echo):.0f}-{max(echo):.0f})" if echo else "-"
-        print(f"{Path(r['policy']).name:<24}" + (f"{r['spin_us']:>6g}" if spin_col else "")
-              + f"{r['steps']:>6}{r['actuation_hz']:>8,.0f}{r['in_process_hz']:>11,.0f}"
-              f"{r['closed_loop_over_in_process']:>6.2f}{r['round_trip_us']['p50']:>8.0f}{r['device_inference_us']['p50']:>10.1f}"
-              f"{f'{_median(ovh):.0f} ({min(ovh):.0f}-{max(ovh):.0f})':>19}{r['overhead_us']['p99']:>8.0f}{echo_text:>19}")
-    print("Hz = env steps per second of flying (median of repeats); ratio = closed loop (bridge over TCP) / in-process "
-          "onnxruntime; ovh = round trip - device inference, p50 of each repeat: median (min-max); echo = round trip "
-          "of the same loop against a bare ZeroMQ + msgpack echo, per repeat; spin = client reply wait (us); us = microseconds")
+        print(
+            f"{Path(r['policy']).name:<24}"
+            + (f"{r['spin_us']:>6g}" if spin_col else "")
+            + f"{r['steps']:>6}{r['actuation_hz']:>8,.0f}{r['in_process_hz']:>11,.0f}"
+            f"{r['closed_loop_over_in_process']:>6.2f}{r['round_trip_us']['p50']:>8.0f}{r['device_inference_us']['p50']:>10.1f}"
+            f"{f'{_median(ovh):.0f} ({min(ovh):.0f}-{max(ovh):.0f})':>19}{r['overhead_us']['p99']:>8.0f}{echo_text:>19}"
+        )
+    print(
+        "Hz = env steps per second of flying (median of repeats); ratio = closed loop (bridge over TCP) / in-process "
+        "onnxruntime; ovh = round trip - device inference, p50 of each repeat: median (min-max); echo = round trip "
+        "of the same loop against a bare ZeroMQ + msgpack echo, per repeat; spin = client reply wait (us); us = microseconds"
+    )
 
 
 if __name__ == "__main__":

@@ -504,9 +504,15 @@ class BridgeClient:
                 while True:
                     end = min(size, offset + chunk_bytes)
                     last = end == size
-                    reply, _ = self._call(MsgType.LOAD_POLICY, self.load_timeout_s if last else self.timeout_s,
-                                          onnx=onnx_bytes[offset:end], sha256=digest, name=label, size=size,
-                                          offset=offset)
+                    reply, _ = self._call(
+                        MsgType.LOAD_POLICY,
+                        self.load_timeout_s if last else self.timeout_s,
+                        onnx=onnx_bytes[offset:end],
+                        sha256=digest,
+                        name=label,
+                        size=size,
+                        offset=offset,
+                    )
                     if last:
                         return reply
                     offset = end

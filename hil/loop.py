@@ -10,6 +10,7 @@ is never applied. A streak of misses that loses the connection or lasts ``outage
 bridge, and once the bridge answers again the policy is verified by sha256 and re-uploaded if the
 bridge lost it. Episodes that lived through an outage are marked.
 """
+
 from __future__ import annotations
 
 import time
@@ -117,8 +118,14 @@ class ControlLink:
     # ------------------------------------------------------------------ events
 
     def emit(self, event: str, **fields: Any) -> None:
-        record = {"kind": "event", "event": event, "t_mono": time.monotonic(), "t_wall": time.time(),
-                  **self.context, **fields}
+        record = {
+            "kind": "event",
+            "event": event,
+            "t_mono": time.monotonic(),
+            "t_wall": time.time(),
+            **self.context,
+            **fields,
+        }
         if self.on_event:
             self.on_event(record)
 
@@ -173,7 +180,9 @@ class ControlLink:
         assert self.policy is not None
         reply = self.client.load_policy(self.policy.onnx, name=self.policy.name)
         if reply.get("sha256") != self.policy.sha256:
-            raise BridgeError(self.client.endpoint, f"bridge loaded sha256 {reply.get('sha256')}, sent {self.policy.sha256}")
+            raise BridgeError(
+                self.client.endpoint, f"bridge loaded sha256 {reply.get('sha256')}, sent {self.policy.sha256}"
+            )
         self.stats.policy_uploads += 1
         self.episode_outage = True  # the bridge restarted under this episode
         self.emit("policy_reuploaded", reason=reason, sha256=self.policy.sha256)
@@ -219,8 +228,11 @@ class ControlLink:
     def _give_up_if_too_long(self, now: float, what: str) -> None:
         silent_s = self._silent_s(now)
         if silent_s >= self.max_outage_s:
-            raise LinkLost(self.client.endpoint, f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
-                           f"(limit {self.max_outage_s:g} s) while {what}; finished episodes are in the log")
+            raise LinkLost(
+                self.client.endpoint,
+                f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
+                f"(limit {self.max_outage_s:g} s) while {what}; finished episodes are in the log",
+            )
 
     def _on_reply(self) -> None:
         now = time.monotonic()
@@ -258,8 +270,12 @@ class ControlLink:
                 if not self._in_outage:
                     self._in_outage = True
                     self.stats.outages += 1
-                    self.emit("outage_start", why=f"{what} unanswered", first_failsafe_mono=None,
-                              last_reply_mono=self._last_reply)
+                    self.emit(
+                        "outage_start",
+                        why=f"{what} unanswered",
+                        first_failsafe_mono=None,
+                        last_reply_mono=self._last_reply,
+                    )
                 event = self.supervisor.check() if self.supervisor else None
                 if event:
                     self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
@@ -352,8 +368,14 @@ def run_closed_loop(
         rec.loop_s += loop_s
         outcome = "success" if info["is_success"] else "collision" if info["collision"] else "timeout"
         ep = EpisodeResult(
-            episode=j, seed=seed + j, zone=info["zone"], outcome=outcome, steps=info["steps"], episode_return=ret,
-            path_length=info["path_length"], start_distance=info["start_distance"],
+            episode=j,
+            seed=seed + j,
+            zone=info["zone"],
+            outcome=outcome,
+            steps=info["steps"],
+            episode_return=ret,
+            path_length=info["path_length"],
+            start_distance=info["start_distance"],
             straight_distance=info["start_distance"] - cfg.task.success_radius,
         )
         misses = link.stats.deadline_misses - misses_before
@@ -362,11 +384,18 @@ def run_closed_loop(
         # the episode's latency samples: what a report resumed from the log needs to add up every
         # session, not only the last, and to rebuild a policy's summary (hil.report.summarize_run).
         counted = _link_counts(link.stats) | client.reliability_counters()
-        rec.episode_rows.append({"failsafe_steps": misses, "spans_outage": link.episode_outage,
-                                 **{k: counted[k] - logged.get(k, 0) for k in counted},
-                                 "acts": len(rec.rtt_ns) - acts_before, "loop_s": loop_s,
-                                 "overruns": rec.overruns - overruns_before,
-                                 "rtt_ns": rec.rtt_ns[acts_before:], "infer_ns": rec.infer_ns[acts_before:]})
+        rec.episode_rows.append(
+            {
+                "failsafe_steps": misses,
+                "spans_outage": link.episode_outage,
+                **{k: counted[k] - logged.get(k, 0) for k in counted},
+                "acts": len(rec.rtt_ns) - acts_before,
+                "loop_s": loop_s,
+                "overruns": rec.overruns - overruns_before,
+                "rtt_ns": rec.rtt_ns[acts_before:],
+                "infer_ns": rec.infer_ns[acts_before:],
+            }
+        )
         logged = counted
         rec.deadline_misses = link.stats.deadline_misses
         if n < keep_trajectories and hasattr(env, "trajectory"):
@@ -394,7 +423,9 @@ def _link_counts(stats: LinkStats) -> dict[str, float]:
 
 
 def _sample_memory(rec: LoopRecord, status: dict, t_start: float) -> None:
-    rec.memory.append((time.perf_counter() - t_start, int(status.get("rss_bytes") or 0), int(status.get("peak_rss_bytes") or 0)))
+    rec.memory.append(
+        (time.perf_counter() - t_start, int(status.get("rss_bytes") or 0), int(status.get("peak_rss_bytes") or 0))
+    )
 
 
 def _sleep_until(deadline_ns: int) -> None:

@@ -27,6 +27,7 @@ device - swap here is a file on this machine's disk, much faster than a Pi's SD 
 measured here is a lower bound. Needs root and a memory cgroup controller; without them the
 constrained runs are skipped with the reason (the baseline still runs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,7 +61,9 @@ class MemfitConfig:
     models: list[Path]
     # one constrained run per limit: RAM MB, or (RAM MB, swap MB) / "RAM:SWAP" to set that run's swap
     memory_mb: list[int | tuple[int, int] | str] = field(default_factory=lambda: [PI3B_MEMORY_MB])
-    swap_mb: int = 2048  # swap a constrained bridge may use unless its limit says (a swap file is made if none is active)
+    swap_mb: int = (
+        2048  # swap a constrained bridge may use unless its limit says (a swap file is made if none is active)
+    )
     episodes: int = 10
     seed: int = 0
     level: str = "default"
@@ -146,7 +149,9 @@ def model_config(path: Path, level: str, camera: tuple[int, int] | None, max_ste
         raise MemfitError(str(e)) from None
     obs_dim = meta.get("airq.obs_dim")
     if obs_dim is not None and obs_dim.isdigit() and int(obs_dim) != cfg.obs_dim:
-        raise MemfitError(f"{path}: takes {obs_dim} observation values, its {cfg.camera.height}x{cfg.camera.width} camera gives {cfg.obs_dim}")
+        raise MemfitError(
+            f"{path}: takes {obs_dim} observation values, its {cfg.camera.height}x{cfg.camera.width} camera gives {cfg.obs_dim}"
+        )
     return cfg, meta
 
 
@@ -210,8 +215,9 @@ class _Budget(Exception):
     pass
 
 
-def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None,
-             swap_mb: int | None = None) -> dict[str, Any]:
+def _fly_one(
+    c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None, swap_mb: int | None = None
+) -> dict[str, Any]:
     """Start the bridge for ``path`` (in ``cgroup`` if given), fly the episodes, return the row."""
     from firmware_bridge.launcher import BridgeProcess, BridgeStartError
     from hil.client import BridgeClient, BridgeError
@@ -220,14 +226,22 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
     from nav_env.backends import make_env
     from nav_env.stats import wilson_interval
 
-    row: dict[str, Any] = {"model": str(path), "name": path.name, "condition": condition,
-                           "memory_limit_mb": memory_mb if condition == "constrained" else None,
-                           "swap_limit_mb": swap_mb if condition == "constrained" else None,
-                           "model_bytes": path.stat().st_size, "camera": f"{cfg.camera.height}x{cfg.camera.width}",
-                           "obs_dim": cfg.obs_dim, "cgroup": cgroup.describe() if cgroup else None}
+    row: dict[str, Any] = {
+        "model": str(path),
+        "name": path.name,
+        "condition": condition,
+        "memory_limit_mb": memory_mb if condition == "constrained" else None,
+        "swap_limit_mb": swap_mb if condition == "constrained" else None,
+        "model_bytes": path.stat().st_size,
+        "camera": f"{cfg.camera.height}x{cfg.camera.width}",
+        "obs_dim": cfg.obs_dim,
+        "cgroup": cgroup.describe() if cgroup else None,
+    }
     sampler = CgroupSampler(cgroup, c.sample_period_s).start() if cgroup else None
-    bridge = BridgeProcess(["--policy", str(path), "--threads", str(c.threads), "--actuator", "mock", "--log-level", "warning"],
-                           startup_timeout_s=c.load_timeout_s)
+    bridge = BridgeProcess(
+        ["--policy", str(path), "--threads", str(c.threads), "--actuator", "mock", "--log-level", "warning"],
+        startup_timeout_s=c.load_timeout_s,
+    )
     prefix = cgroup.launch_prefix() if cgroup else []
     if c.cpu is not None and shutil.which("taskset"):
         prefix += ["taskset", "-c", str(c.cpu)]
@@ -238,8 +252,12 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
         try:
             bridge.start()
         except BridgeStartError as e:
-            row.update(loaded=False, load_s=time.monotonic() - t0, exit_code=bridge.process.returncode if bridge.process else None,
-                       error=str(e).splitlines()[0][:300])
+            row.update(
+                loaded=False,
+                load_s=time.monotonic() - t0,
+                exit_code=bridge.process.returncode if bridge.process else None,
+                error=str(e).splitlines()[0][:300],
+            )
             return row
         row["load_s"] = time.monotonic() - t0
         if sampler:
@@ -247,10 +265,17 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
         client = BridgeClient(bridge.endpoint, timeout_s=c.request_timeout_s, retries=1)
         hello = client.hello()
         policy = hello.get("policy") or {}
-        row.update(loaded=True, bridge_pid=bridge.pid, policy_load_s=(policy.get("load_time_ns") or 0) / 1e9,
-                   policy_rss_delta_bytes=policy.get("rss_delta_bytes"))
+        row.update(
+            loaded=True,
+            bridge_pid=bridge.pid,
+            policy_load_s=(policy.get("load_time_ns") or 0) / 1e9,
+            policy_rss_delta_bytes=policy.get("rss_delta_bytes"),
+        )
         status0 = client.status()
-        row["rss_after_load_bytes"], row["peak_rss_after_load_bytes"] = status0.get("rss_bytes"), status0.get("peak_rss_bytes")
+        row["rss_after_load_bytes"], row["peak_rss_after_load_bytes"] = (
+            status0.get("rss_bytes"),
+            status0.get("peak_rss_bytes"),
+        )
         env = make_env(cfg)
         deadline_s = 3600.0 if c.rate_hz is None else default_deadline_s(cfg, c.rate_hz)
         link = ControlLink(client, deadline_s, max_outage_s=max(60.0, c.request_timeout_s * 2))
@@ -259,19 +284,36 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
 
         def on_episode(ep, rec) -> None:
             holder["rec"] = rec
-            if c.time_budget_s is not None and time.monotonic() - t_fly > c.time_budget_s and len(rec.episodes) < c.episodes:
+            if (
+                c.time_budget_s is not None
+                and time.monotonic() - t_fly > c.time_budget_s
+                and len(rec.episodes) < c.episodes
+            ):
                 raise _Budget
 
         try:
-            rec = run_closed_loop(client, cfg, c.episodes, c.seed, rate_hz=c.rate_hz, keep_trajectories=0, env=env, link=link,
-                                  on_episode=on_episode)
+            rec = run_closed_loop(
+                client,
+                cfg,
+                c.episodes,
+                c.seed,
+                rate_hz=c.rate_hz,
+                keep_trajectories=0,
+                env=env,
+                link=link,
+                on_episode=on_episode,
+            )
             row["time_budget_hit"] = False
         except _Budget:
             rec = holder["rec"]
             rec.status_end = client.status()
             row["time_budget_hit"] = True
         except BridgeError as e:
-            row.update(flown=False, error=f"{type(e).__name__}: {str(e)[:300]}", exit_code=bridge.process.poll() if bridge.process else None)
+            row.update(
+                flown=False,
+                error=f"{type(e).__name__}: {str(e)[:300]}",
+                exit_code=bridge.process.poll() if bridge.process else None,
+            )
             return row
         row["fly_s"] = time.monotonic() - t_fly
         infer_ms = [n / 1e6 for n in rec.infer_ns]
@@ -280,16 +322,25 @@ def _fly_one(c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb
         k = sum(e.success for e in rec.episodes)
         rss = [m[1] for m in rec.memory]
         row.update(
-            flown=True, episodes=len(rec.episodes), steps=steps, success=k, success_rate=k / len(rec.episodes),
+            flown=True,
+            episodes=len(rec.episodes),
+            steps=steps,
+            success=k,
+            success_rate=k / len(rec.episodes),
             success_ci95=list(wilson_interval(k, len(rec.episodes))),
             outcomes=[e.outcome for e in rec.episodes],
-            infer_p50_ms=_pct(infer_ms, 50), infer_p99_ms=_pct(infer_ms, 99), infer_max_ms=max(infer_ms) if infer_ms else None,
-            rtt_p50_ms=_pct(rtt_ms, 50), rtt_p99_ms=_pct(rtt_ms, 99),
+            infer_p50_ms=_pct(infer_ms, 50),
+            infer_p99_ms=_pct(infer_ms, 99),
+            infer_max_ms=max(infer_ms) if infer_ms else None,
+            rtt_p50_ms=_pct(rtt_ms, 50),
+            rtt_p99_ms=_pct(rtt_ms, 99),
             loop_hz=steps / rec.loop_s if rec.loop_s else None,
             acts_over_control_deadline=float(np.mean(np.array(rtt_ms) > CONTROL_DEADLINE_MS)) if rtt_ms else None,
             deadline_misses=rec.deadline_misses,
-            rss_bytes=rec.status_end.get("rss_bytes"), peak_rss_bytes=rec.status_end.get("peak_rss_bytes"),
-            rss_min_flying_bytes=min(rss) if rss else None, rss_max_flying_bytes=max(rss) if rss else None,
+            rss_bytes=rec.status_end.get("rss_bytes"),
+            peak_rss_bytes=rec.status_end.get("peak_rss_bytes"),
+            rss_min_flying_bytes=min(rss) if rss else None,
+            rss_max_flying_bytes=max(rss) if rss else None,
             bridge_memory=[{"t_s": t, "rss_bytes": r, "peak_rss_bytes": p} for t, r, p in rec.memory],
         )
         return row
@@ -317,16 +368,25 @@ def _cgroup_summary(samples: list[dict]) -> dict[str, Any]:
         "cgroup_usage_max_bytes": max(col("usage_bytes") or [0]) or None,
         "swap_max_bytes": max(col("swap_bytes") or [0]),
         "major_faults": (faults[-1] - faults[0]) if len(faults) > 1 else 0,
-        "major_faults_load": (loaded["pgmajfault"] - faults[0]) if loaded and faults and loaded.get("pgmajfault") is not None else None,
+        "major_faults_load": (loaded["pgmajfault"] - faults[0])
+        if loaded and faults and loaded.get("pgmajfault") is not None
+        else None,
         "oom_kills": max(col("oom_kill") or [0]),
         "limit_hits": max(col("limit_hits") or [0]),
     }
 
 
 # ---------------------------------------------------------------------------------------------- the experiment
-def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_MEMORY_MB, swap_mb: int = 2048, episodes: int = 10,
-                   camera: tuple[int, int] | None = None, seed: int = 0, out_dir: Path | str = "out/memfit/run",
-                   **options: Any) -> list[dict[str, Any]]:
+def run_memory_fit(
+    models: list[Path | str],
+    memory_mb: int | list[int] = PI3B_MEMORY_MB,
+    swap_mb: int = 2048,
+    episodes: int = 10,
+    camera: tuple[int, int] | None = None,
+    seed: int = 0,
+    out_dir: Path | str = "out/memfit/run",
+    **options: Any,
+) -> list[dict[str, Any]]:
     """Run every model unconstrained and under ``memory_mb`` MB RAM + ``swap_mb`` MB swap; write
     OUT/memfit.json, memfit.md, memory_over_time.png; return one row per (model, condition).
 
@@ -336,8 +396,16 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
     one constrained run each.
     ``options``: the other MemfitConfig fields (level, cpu, threads, rate_hz, load_timeout_s, ...).
     Raises MemfitError on bad input."""
-    c = MemfitConfig(models=[Path(m) for m in models], memory_mb=[memory_mb] if isinstance(memory_mb, (int, str, tuple)) else list(memory_mb), swap_mb=swap_mb, episodes=episodes,
-                     camera=camera, seed=seed, out_dir=Path(out_dir), **options)
+    c = MemfitConfig(
+        models=[Path(m) for m in models],
+        memory_mb=[memory_mb] if isinstance(memory_mb, (int, str, tuple)) else list(memory_mb),
+        swap_mb=swap_mb,
+        episodes=episodes,
+        camera=camera,
+        seed=seed,
+        out_dir=Path(out_dir),
+        **options,
+    )
     check_config(c)
     cfgs = {p: model_config(p, c.level, c.camera, c.max_steps) for p in c.models}
     from hil.memlimit import MemLimitError, MemoryCgroup, SwapFile, active_swap_bytes, memory_cgroup_support
@@ -348,7 +416,11 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
     rows: list[dict[str, Any]] = []
     pairs = limits(c)
     swap_needed = max((sw for _, sw in pairs), default=0)
-    swap_info: dict[str, Any] = {"requested_mb": swap_needed, "active_before_bytes": active_swap_bytes(), "created_mb": 0}
+    swap_info: dict[str, Any] = {
+        "requested_mb": swap_needed,
+        "active_before_bytes": active_swap_bytes(),
+        "created_mb": 0,
+    }
     skip_reason = None if support.available else support.reason
     swap = None
     try:
@@ -365,13 +437,23 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
             print(f"hil.memfit: constrained runs skipped: {skip_reason}", file=sys.stderr)
         for path in c.models:
             cfg, meta = cfgs[path]
-            conditions = ([("unconstrained", 0, None)] if c.baseline else []) + [("constrained", m, sw) for m, sw in pairs]
+            conditions = ([("unconstrained", 0, None)] if c.baseline else []) + [
+                ("constrained", m, sw) for m, sw in pairs
+            ]
             for condition, limit, swap_limit in conditions:
                 label = condition + (f" {limit} MB + {swap_limit} MB swap" if limit else "")
                 print(f"hil.memfit: {path.name} {label} ...", file=sys.stderr, flush=True)
                 if condition == "constrained" and skip_reason:
-                    rows.append({"model": str(path), "name": path.name, "condition": condition, "memory_limit_mb": limit,
-                                 "swap_limit_mb": swap_limit, "skipped": skip_reason})
+                    rows.append(
+                        {
+                            "model": str(path),
+                            "name": path.name,
+                            "condition": condition,
+                            "memory_limit_mb": limit,
+                            "swap_limit_mb": swap_limit,
+                            "skipped": skip_reason,
+                        }
+                    )
                     continue
                 if skip_reason:  # baseline without a cgroup: bridge figures only
                     rows.append(_fly_one(c, path, cfg, condition, None))
@@ -381,8 +463,16 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
                         rows.append(_fly_one(c, path, cfg, condition, cg, limit, swap_limit))
                 except MemLimitError as e:
                     print(f"hil.memfit: {path.name} {label} skipped: {e}", file=sys.stderr)
-                    rows.append({"model": str(path), "name": path.name, "condition": condition, "memory_limit_mb": limit,
-                                 "swap_limit_mb": swap_limit, "skipped": str(e)})
+                    rows.append(
+                        {
+                            "model": str(path),
+                            "name": path.name,
+                            "condition": condition,
+                            "memory_limit_mb": limit,
+                            "swap_limit_mb": swap_limit,
+                            "skipped": str(e),
+                        }
+                    )
                     continue
                 rows[-1]["source_sha256"] = meta.get("airq.widen.source_sha256") or meta.get("airq.quant.source_sha256")
                 print(f"hil.memfit:   {_one_line(rows[-1])}", file=sys.stderr, flush=True)
@@ -392,15 +482,26 @@ def run_memory_fit(models: list[Path | str], memory_mb: int | list[int] = PI3B_M
     _add_ratios(rows)
     wall = time.monotonic() - t0
     result = {
-        "command": " ".join(["python -m hil.memfit", *sys.argv[1:]]) if Path(sys.argv[0]).stem in ("memfit", "__main__") else None,
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)), "wall_s": wall,
-        "machine": _machine(), "cgroup": {"available": support.available, "version": support.version, "detail": support.reason},
-        "swap": swap_info, "config": {k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "models" else v)
-                                      for k, v in c.__dict__.items()},
-        "emulated": ("RAM: the bridge's cgroup caps its resident memory (anonymous + page cache) at memory_mb, as a Pi's RAM "
-                     "does; above it the kernel reclaims and swaps inside the cgroup"),
-        "not_emulated": ("a Pi's CPU, caches and memory bandwidth; its swap device: swap here is a file on this machine's "
-                         "disk, much faster than a Pi's SD card, so slowdowns are lower bounds; the host side is not limited"),
+        "command": " ".join(["python -m hil.memfit", *sys.argv[1:]])
+        if Path(sys.argv[0]).stem in ("memfit", "__main__")
+        else None,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        "wall_s": wall,
+        "machine": _machine(),
+        "cgroup": {"available": support.available, "version": support.version, "detail": support.reason},
+        "swap": swap_info,
+        "config": {
+            k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "models" else v)
+            for k, v in c.__dict__.items()
+        },
+        "emulated": (
+            "RAM: the bridge's cgroup caps its resident memory (anonymous + page cache) at memory_mb, as a Pi's RAM "
+            "does; above it the kernel reclaims and swaps inside the cgroup"
+        ),
+        "not_emulated": (
+            "a Pi's CPU, caches and memory bandwidth; its swap device: swap here is a file on this machine's "
+            "disk, much faster than a Pi's SD card, so slowdowns are lower bounds; the host side is not limited"
+        ),
         "limits": pairs,
         "rows": rows,
     }
@@ -426,8 +527,14 @@ def _json_default(v):
 def _machine() -> dict[str, Any]:
     from firmware_bridge.device import cpu_model
 
-    return {"cpu": cpu_model(), "cores": os.cpu_count(), "ram_mb": (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB,
-            "kernel": platform.release(), "python": platform.python_version(), "load_avg": os.getloadavg()}
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_mb": (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load_avg": os.getloadavg(),
+    }
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -447,8 +554,18 @@ def _add_ratios(rows: list[dict]) -> None:
         r["vs_unconstrained"] = ratio
 
 
-TABLE_COLUMNS = ("loads?", "load s", "inference p50 / p99 ms", "loop Hz", "acts > 80 ms", "peak RSS MB", "RSS end MB",
-                 "cgroup peak MB", "swap max MB", "major faults (load)")
+TABLE_COLUMNS = (
+    "loads?",
+    "load s",
+    "inference p50 / p99 ms",
+    "loop Hz",
+    "acts > 80 ms",
+    "peak RSS MB",
+    "RSS end MB",
+    "cgroup peak MB",
+    "swap max MB",
+    "major faults (load)",
+)
 
 
 def table_row(r: dict, name: str, condition: str, tail: list[str]) -> str:
@@ -456,14 +573,31 @@ def table_row(r: dict, name: str, condition: str, tail: list[str]) -> str:
     if r.get("skipped"):
         cells = [f"skipped: {r['skipped']}"] + [""] * (len(TABLE_COLUMNS) - 1)
     elif not r.get("loaded") or not r.get("flown"):
-        cells = [f"**no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')})" if not r.get("loaded") else "yes",
-                 _f(r.get("load_s"), "{:.1f}"), "-", "-", "-", "-", "-", _mb(r.get("cgroup_peak_bytes")),
-                 _mb(r.get("swap_max_bytes")), str(r.get("major_faults"))]
+        cells = [
+            f"**no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')})" if not r.get("loaded") else "yes",
+            _f(r.get("load_s"), "{:.1f}"),
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            _mb(r.get("cgroup_peak_bytes")),
+            _mb(r.get("swap_max_bytes")),
+            str(r.get("major_faults")),
+        ]
     else:
-        cells = ["yes", f"{r['load_s']:.1f}", f"{_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))}",
-                 _f(r.get("loop_hz"), "{:,.1f}"), _f(r.get("acts_over_control_deadline"), "{:.1%}"),
-                 _mb(r.get("peak_rss_bytes")), _mb(r.get("rss_bytes")), _mb(r.get("cgroup_peak_bytes")),
-                 _mb(r.get("swap_max_bytes")), f"{r.get('major_faults')} ({r.get('major_faults_load')})"]
+        cells = [
+            "yes",
+            f"{r['load_s']:.1f}",
+            f"{_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))}",
+            _f(r.get("loop_hz"), "{:,.1f}"),
+            _f(r.get("acts_over_control_deadline"), "{:.1%}"),
+            _mb(r.get("peak_rss_bytes")),
+            _mb(r.get("rss_bytes")),
+            _mb(r.get("cgroup_peak_bytes")),
+            _mb(r.get("swap_max_bytes")),
+            f"{r.get('major_faults')} ({r.get('major_faults_load')})",
+        ]
     return "| " + " | ".join([name, condition, *cells, *tail]) + " |"
 
 
@@ -482,9 +616,11 @@ def _one_line(r: dict) -> str:
         return f"did not load ({r.get('error', '')[:120]}), OOM kills {r.get('oom_kills')}"
     if not r.get("flown"):
         return f"loaded in {r['load_s']:.1f} s, then failed: {r.get('error', '')[:120]}"
-    return (f"load {r['load_s']:.1f} s, inference p50 {r['infer_p50_ms']:.2f} ms p99 {r['infer_p99_ms']:.2f} ms, "
-            f"{r['loop_hz']:.1f} Hz, peak RSS {_mb(r['peak_rss_bytes'])} MB, swap {_mb(r.get('swap_max_bytes'))} MB, "
-            f"major faults {r.get('major_faults')}, success {r['success']}/{r['episodes']}")
+    return (
+        f"load {r['load_s']:.1f} s, inference p50 {r['infer_p50_ms']:.2f} ms p99 {r['infer_p99_ms']:.2f} ms, "
+        f"{r['loop_hz']:.1f} Hz, peak RSS {_mb(r['peak_rss_bytes'])} MB, swap {_mb(r.get('swap_max_bytes'))} MB, "
+        f"major faults {r.get('major_faults')}, success {r['success']}/{r['episodes']}"
+    )
 
 
 def format_markdown(result: dict) -> str:
@@ -502,7 +638,9 @@ def format_markdown(result: dict) -> str:
         "|---" * (len(TABLE_COLUMNS) + 3) + "|",
     ]
     for r in result["rows"]:
-        cond = r["condition"] + (f" ({r['memory_limit_mb']} MB, swap {r.get('swap_limit_mb')} MB)" if r.get("memory_limit_mb") else "")
+        cond = r["condition"] + (
+            f" ({r['memory_limit_mb']} MB, swap {r.get('swap_limit_mb')} MB)" if r.get("memory_limit_mb") else ""
+        )
         if r.get("loaded") and not r.get("flown"):
             last = f"failed: {r.get('error', '')[:60]}"
         else:
@@ -510,14 +648,26 @@ def format_markdown(result: dict) -> str:
         lines.append(table_row(r, r["name"], cond, [last]))
     ratios = [r for r in result["rows"] if r.get("vs_unconstrained")]
     if ratios:
-        lines += ["", "Constrained / unconstrained:", "", "| model | inference p50 | inference p99 | loop Hz | load time | peak RSS |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Constrained / unconstrained:",
+            "",
+            "| model | inference p50 | inference p99 | loop Hz | load time | peak RSS |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in ratios:
             v = r["vs_unconstrained"]
-            lines.append(f"| {r['name']} at {r['memory_limit_mb']} MB + {r['swap_limit_mb']} MB swap | {_f(v.get('infer_p50_ms'), '{:.2f}x')} | {_f(v.get('infer_p99_ms'), '{:.2f}x')} | "
-                         f"{_f(v.get('loop_hz'), '{:.2f}x')} | {_f(v.get('load_s'), '{:.2f}x')} | {_f(v.get('peak_rss'), '{:.2f}x')} |")
-    lines += ["", f"Emulated: {result['emulated']}.", f"Not emulated: {result['not_emulated']}.",
-              f"Swap: {result['swap']}.", ""]
+            lines.append(
+                f"| {r['name']} at {r['memory_limit_mb']} MB + {r['swap_limit_mb']} MB swap | {_f(v.get('infer_p50_ms'), '{:.2f}x')} | {_f(v.get('infer_p99_ms'), '{:.2f}x')} | "
+                f"{_f(v.get('loop_hz'), '{:.2f}x')} | {_f(v.get('load_s'), '{:.2f}x')} | {_f(v.get('peak_rss'), '{:.2f}x')} |"
+            )
+    lines += [
+        "",
+        f"Emulated: {result['emulated']}.",
+        f"Not emulated: {result['not_emulated']}.",
+        f"Swap: {result['swap']}.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -542,13 +692,23 @@ def plot_memory(rows: list[dict], path: Path) -> Path | None:
         bm = r.get("bridge_memory") or []
         loaded_t = next((x["t_s"] for x in s if x.get("label") == "loaded"), r.get("load_s") or 0.0)
         if bm:
-            ax.plot([loaded_t + x["t_s"] for x in bm], [x["rss_bytes"] / MB for x in bm], "k.", ms=3, label="bridge RSS (status)")
+            ax.plot(
+                [loaded_t + x["t_s"] for x in bm],
+                [x["rss_bytes"] / MB for x in bm],
+                "k.",
+                ms=3,
+                label="bridge RSS (status)",
+            )
         if r.get("memory_limit_mb"):
             ax.axhline(r["memory_limit_mb"], color="r", ls="--", lw=1, label=f"limit {r['memory_limit_mb']} MB")
         if s:
             ax.axvline(loaded_t, color="gray", ls=":", lw=1)
         status = "did not load" if not r.get("loaded") else f"p50 {_f(r.get('infer_p50_ms'))} ms"
-        cond = f"{r['memory_limit_mb']} MB RAM + {r['swap_limit_mb']} MB swap" if r.get("memory_limit_mb") else r["condition"]
+        cond = (
+            f"{r['memory_limit_mb']} MB RAM + {r['swap_limit_mb']} MB swap"
+            if r.get("memory_limit_mb")
+            else r["condition"]
+        )
         ax.set_title(f"{r['name']} - {cond} ({status})", fontsize=9)
         ax.set_ylabel("MB")
         ax.legend(fontsize=7, loc="upper right")
@@ -570,11 +730,18 @@ def _camera(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m hil.memfit", description=__doc__.split("\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare")
-    p.add_argument("--memory-mb", action="append", metavar="MB[:SWAP_MB]",
-                   help="RAM limit of a constrained run (default 900: a Pi 3b), optionally with its own swap (900:0 = none); "
-                   "repeat for several runs")
-    p.add_argument("--swap-mb", type=int, help="swap a constrained bridge may use unless its --memory-mb says "
-                   "(0: none, so OOM at the limit)")
+    p.add_argument(
+        "--memory-mb",
+        action="append",
+        metavar="MB[:SWAP_MB]",
+        help="RAM limit of a constrained run (default 900: a Pi 3b), optionally with its own swap (900:0 = none); "
+        "repeat for several runs",
+    )
+    p.add_argument(
+        "--swap-mb",
+        type=int,
+        help="swap a constrained bridge may use unless its --memory-mb says (0: none, so OOM at the limit)",
+    )
     p.add_argument("--episodes", type=int)
     p.add_argument("--seed", type=int)
     p.add_argument("--level")
@@ -584,16 +751,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate-hz", type=float, help="pace the loop (late acts fly hover); default lockstep")
     p.add_argument("--max-steps", type=int, help="episode length cap (default: the level's)")
     p.add_argument("--load-timeout-s", type=float)
-    p.add_argument("--time-budget-s", type=float,
-                   help="per run: start no new episode after this long flying (a thrashing bridge takes seconds per act)")
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        help="per run: start no new episode after this long flying (a thrashing bridge takes seconds per act)",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the unconstrained runs")
     p.add_argument("--out", type=output_dir, help="folder for memfit.json, memfit.md and the figure")
     defaults_from(p, MemfitConfig, names={"out": "out_dir"})  # each default written once, in MemfitConfig
     a = p.parse_args(argv)
-    run_memory_fit(a.model, a.memory_mb or [PI3B_MEMORY_MB], a.swap_mb, a.episodes, a.camera, a.seed, a.out, level=a.level,
-                   cpu=None if a.cpu == -1 else a.cpu, threads=a.threads, rate_hz=a.rate_hz, max_steps=a.max_steps,
-                   load_timeout_s=a.load_timeout_s, baseline=not a.no_baseline,
-                   time_budget_s=a.time_budget_s)
+    run_memory_fit(
+        a.model,
+        a.memory_mb or [PI3B_MEMORY_MB],
+        a.swap_mb,
+        a.episodes,
+        a.camera,
+        a.seed,
+        a.out,
+        level=a.level,
+        cpu=None if a.cpu == -1 else a.cpu,
+        threads=a.threads,
+        rate_hz=a.rate_hz,
+        max_steps=a.max_steps,
+        load_timeout_s=a.load_timeout_s,
+        baseline=not a.no_baseline,
+        time_budget_s=a.time_budget_s,
+    )
     out = Path(a.out)
     print((out / "memfit.md").read_text())
     print(f"results: {out / 'memfit.json'}, {out / 'memfit.md'}, {out / 'memory_over_time.png'}")

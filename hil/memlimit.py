@@ -20,6 +20,7 @@ and callers skip with that reason. Everything created is removed on exit (contex
 atexit hook for an interrupted run); a swap file is only created when no swap is active, and an
 existing swap is never touched.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -67,13 +68,20 @@ def memory_cgroup_support() -> Support:
     own = _own_cgroups()
     v1 = V1_ROOT / own.get("memory", "/").lstrip("/")
     if (v1 / "memory.limit_in_bytes").exists() and os.access(v1, os.W_OK):
-        return Support("v1", v1, (v1 / "memory.memsw.limit_in_bytes").exists(), f"cgroup v1 memory controller, under {v1}")
+        return Support(
+            "v1", v1, (v1 / "memory.memsw.limit_in_bytes").exists(), f"cgroup v1 memory controller, under {v1}"
+        )
     for mount in V2_ROOTS:
         root = mount / own.get("", "/").lstrip("/")
         controllers = root / "cgroup.controllers"
         if controllers.exists() and "memory" in controllers.read_text().split() and os.access(root, os.W_OK):
             return Support("v2", root, True, f"cgroup v2, under {root}")
-    return Support(None, None, False, "no writable memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor v2 with 'memory')")
+    return Support(
+        None,
+        None,
+        False,
+        "no writable memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor v2 with 'memory')",
+    )
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -185,7 +193,9 @@ class SwapFile:
                 raise MemLimitError(f"{tool} not found: cannot create a swap file")
         free = shutil.disk_usage(self.path.parent).free
         if free < (self.size_mb + 512) * MB:
-            raise MemLimitError(f"not enough disk for a {self.size_mb} MB swap file in {self.path.parent} ({free // MB} MB free)")
+            raise MemLimitError(
+                f"not enough disk for a {self.size_mb} MB swap file in {self.path.parent} ({free // MB} MB free)"
+            )
         _cleanups[id(self)] = self
         try:
             # written, not fallocate'd: swapon refuses files with holes on some filesystems
@@ -221,7 +231,9 @@ class SwapFile:
 def _run(cmd: list[str]) -> None:
     p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
-        raise MemLimitError(f"{' '.join(cmd)} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:] or p.returncode}")
+        raise MemLimitError(
+            f"{' '.join(cmd)} failed: {(p.stderr or p.stdout).strip().splitlines()[-1:] or p.returncode}"
+        )
 
 
 class MemoryCgroup:
@@ -375,7 +387,11 @@ class MemoryCgroup:
                 "oom_kill": oom_kill,
                 "limit_hits": num("memory.failcnt"),
             }
-        events = {line.split()[0]: int(line.split()[1]) for line in (self._read("memory.events") or "").splitlines() if len(line.split()) == 2}
+        events = {
+            line.split()[0]: int(line.split()[1])
+            for line in (self._read("memory.events") or "").splitlines()
+            if len(line.split()) == 2
+        }
         return {
             "usage_bytes": num("memory.current"),
             "peak_bytes": num("memory.peak"),
@@ -388,8 +404,14 @@ class MemoryCgroup:
         }
 
     def describe(self) -> dict:
-        return {"version": self.version, "path": str(self.path), "memory_mb": self.memory_mb, "swap_mb": self.swap_mb,
-                "swap_accounting": self.support.swap_accounting, "notes": list(self.notes)}
+        return {
+            "version": self.version,
+            "path": str(self.path),
+            "memory_mb": self.memory_mb,
+            "swap_mb": self.swap_mb,
+            "swap_accounting": self.support.swap_accounting,
+            "notes": list(self.notes),
+        }
 
 
 class CgroupSampler:

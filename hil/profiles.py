@@ -3,6 +3,7 @@
 The profiles file is package data (it ships in the wheel); ``AIRQ_CONFIG_DIR=DIR`` reads
 ``DIR/hil/profiles.toml`` instead.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 PROFILES_FILE: Traversable = (
-    Path(os.environ["AIRQ_CONFIG_DIR"]) / "hil" / "profiles.toml" if os.environ.get("AIRQ_CONFIG_DIR")
+    Path(os.environ["AIRQ_CONFIG_DIR"]) / "hil" / "profiles.toml"
+    if os.environ.get("AIRQ_CONFIG_DIR")
     else files("hil") / "profiles.toml"
 )
 
@@ -79,8 +81,12 @@ def load_profiles(path: Path | Traversable = PROFILES_FILE) -> dict[str, DeviceP
         p = DeviceProfile(name=name, **values)
         if p.cpus < 0 or p.threads < 1 or p.memory_mb < 0 or p.cache_kb < 0:
             raise ProfileError(f"{path}: profile {name!r}: cpus, memory_mb and cache_kb must be >= 0 and threads >= 1")
-        for figure, source in (("memory_bandwidth_gbs", "memory_bandwidth_source"), ("compute_gflops", "compute_source"),
-                               ("int8_gops", "int8_source"), ("cache_kb", "cache_source")):
+        for figure, source in (
+            ("memory_bandwidth_gbs", "memory_bandwidth_source"),
+            ("compute_gflops", "compute_source"),
+            ("int8_gops", "int8_source"),
+            ("cache_kb", "cache_source"),
+        ):
             value = getattr(p, figure)
             if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
                 raise ProfileError(f"{path}: profile {name!r}: {figure} must be a number")

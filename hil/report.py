@@ -6,12 +6,13 @@ JSON object per line - a ``run`` header, every ``episode`` as soon as it ends, a
 any instant leaves every finished episode on disk. A line torn by the kill is the last one; the
 reader ignores it and ``--resume`` cuts it off before appending.
 """
+
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,10 @@ def episode_row(ep: EpisodeResult, extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize_run(
-    name: str, rec: LoopRecord, load: dict[str, Any], prior_rows: list[dict[str, Any]] | None = None,
+    name: str,
+    rec: LoopRecord,
+    load: dict[str, Any],
+    prior_rows: list[dict[str, Any]] | None = None,
     deadline_s: float | None = None,
 ) -> dict[str, Any]:
     """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log).
@@ -172,8 +176,11 @@ def summarize_run(
             "policy_reuploads": rec.link.policy_uploads + _prior(prior, "policy_uploads"),
             "bridge_restarts": rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
             "episodes_spanning_outage": [r["episode"] for r in rows if r.get("spans_outage")],
-            **{k: rec.client_counters.get(k, 0) + _prior(prior, k) for k in CLIENT_COUNTS
-               if k in rec.client_counters or any(k in r for r in prior)},
+            **{
+                k: rec.client_counters.get(k, 0) + _prior(prior, k)
+                for k in CLIENT_COUNTS
+                if k in rec.client_counters or any(k in r for r in prior)
+            },
         },
         "device_memory": {
             "rss_bytes": int(end.get("rss_bytes") or 0),
@@ -187,7 +194,13 @@ def summarize_run(
     }
 
 
-CLIENT_COUNTS = ("retries", "reconnects", "stale_replies", "connections", "disconnects")  # BridgeClient.reliability_counters
+CLIENT_COUNTS = (
+    "retries",
+    "reconnects",
+    "stale_replies",
+    "connections",
+    "disconnects",
+)  # BridgeClient.reliability_counters
 SAMPLES = ("rtt_ns", "infer_ns")  # per-act lists in the log's episode rows, left out of report.json
 
 
@@ -198,8 +211,10 @@ def report_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def record_from_rows(rows: list[dict[str, Any]]) -> LoopRecord:
     """The latency samples of logged episodes, for the figures of a policy flown in earlier sessions."""
-    return LoopRecord(rtt_ns=[x for r in rows for x in r.get("rtt_ns") or []],
-                      infer_ns=[x for r in rows for x in r.get("infer_ns") or []])
+    return LoopRecord(
+        rtt_ns=[x for r in rows for x in r.get("rtt_ns") or []],
+        infer_ns=[x for r in rows for x in r.get("infer_ns") or []],
+    )
 
 
 def _prior(rows: list[dict[str, Any]] | None, name: str) -> Any:
@@ -214,15 +229,21 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     base_success = [e["outcome"] == "success" for e in base["episodes"]]
     for run in runs[1:]:
         success = [e["outcome"] == "success" for e in run["episodes"]]
-        out.append({
-            "policy": run["policy"],
-            "against": base["policy"],
-            "inference_speedup": _ratio(base["device_inference_us"]["p50"], run["device_inference_us"]["p50"]),
-            "actuation_rate_ratio": _ratio(run["actuation_hz"], base["actuation_hz"]),
-            "peak_rss_ratio": _ratio(base["device_memory"]["peak_rss_bytes"], run["device_memory"]["peak_rss_bytes"]),
-            "model_size_ratio": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
-            "success_difference": paired_difference(base_success, success) if len(success) == len(base_success) else None,
-        })
+        out.append(
+            {
+                "policy": run["policy"],
+                "against": base["policy"],
+                "inference_speedup": _ratio(base["device_inference_us"]["p50"], run["device_inference_us"]["p50"]),
+                "actuation_rate_ratio": _ratio(run["actuation_hz"], base["actuation_hz"]),
+                "peak_rss_ratio": _ratio(
+                    base["device_memory"]["peak_rss_bytes"], run["device_memory"]["peak_rss_bytes"]
+                ),
+                "model_size_ratio": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
+                "success_difference": paired_difference(base_success, success)
+                if len(success) == len(base_success)
+                else None,
+            }
+        )
     return out
 
 
@@ -231,8 +252,10 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
-    head = (f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
-            f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}")
+    head = (
+        f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
+        f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in runs:
         o, m = r["outcomes"], r["device_memory"]
@@ -243,8 +266,10 @@ def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) 
             f"{r['device_inference_us']['p50']:>10.1f}{r['device_inference_us']['p99']:>8.1f}{r['overhead_us']['p50']:>9.0f}"
             f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}{r['reliability']['outages']:>8}"
         )
-    lines.append("latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference; "
-                 "misses = acts past their deadline (hover applied instead)")
+    lines.append(
+        "latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference; "
+        "misses = acts past their deadline (hover applied instead)"
+    )
     for r in runs:
         rel = r["reliability"]
         if rel["deadline_misses"] or rel["outages"] or rel.get("retries") or rel.get("reconnects"):
@@ -257,7 +282,11 @@ def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) 
             )
     for c in comparisons:
         d = c["success_difference"]
-        diff = f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})" if d else "success: episodes differ"
+        diff = (
+            f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})"
+            if d
+            else "success: episodes differ"
+        )
         lines.append(
             f"{_short(c['policy'])} vs {_short(c['against'])}: speed-up {_x(c['inference_speedup'])} (device inference p50), "
             f"actuation rate {_x(c['actuation_rate_ratio'])}, memory saving {_x(c['peak_rss_ratio'])} (peak RSS), "
@@ -274,7 +303,9 @@ def _x(v: float | None) -> str:
     return f"{v:.2f}x" if v else "n/a"
 
 
-def write_report(out_dir: Path, report: dict[str, Any], records: list[LoopRecord], runs: list[dict[str, Any]]) -> list[Path]:
+def write_report(
+    out_dir: Path, report: dict[str, Any], records: list[LoopRecord], runs: list[dict[str, Any]]
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [write_atomic(out_dir / "report.json", json.dumps(report, indent=1).encode())]
     for run, rec in zip(runs, records):
@@ -297,7 +328,13 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
         rtt = np.asarray(rec.rtt_ns) / 1e3
         hi = np.percentile(rtt, 99.5) if len(rtt) else 1
         ax.hist(np.clip(rtt, 0, hi), bins=80, histtype="step", label=f"{_short(r['policy'])} round trip")
-        ax.hist(np.clip(np.asarray(rec.infer_ns) / 1e3, 0, hi), bins=80, histtype="step", linestyle="--", label=f"{_short(r['policy'])} device inference")
+        ax.hist(
+            np.clip(np.asarray(rec.infer_ns) / 1e3, 0, hi),
+            bins=80,
+            histtype="step",
+            linestyle="--",
+            label=f"{_short(r['policy'])} device inference",
+        )
     ax.set_xlabel("microseconds (clipped at p99.5)")
     ax.set_ylabel("acts")
     ax.set_title("Closed-loop latency")

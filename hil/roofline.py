@@ -17,6 +17,7 @@ compute throughput of large-batch onnxruntime matrix products in fp32, fp16 and 
 runs it pinned like the bridge, checks the model against the measured inference times here and
 only then shows a prediction for a real Pi (hil/profiles.toml, with cited figures).
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,12 @@ def model_cost(path: str | os.PathLike) -> ModelCost:
     if not by_type:
         raise ValueError(f"{path}: no 2-D weight matrices found (not an MLP?)")
     dtype = max(by_type, key=by_type.get)
-    precision = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(np.int8): "int8",
-                 np.dtype(np.uint8): "int8"}.get(np.dtype(dtype))
+    precision = {
+        np.dtype(np.float32): "fp32",
+        np.dtype(np.float16): "fp16",
+        np.dtype(np.int8): "int8",
+        np.dtype(np.uint8): "int8",
+    }.get(np.dtype(dtype))
     if precision is None:
         raise ValueError(f"{path}: weight type {dtype} has no roofline throughput")
     return ModelCost(weight_bytes=weight_bytes, macs=macs, precision=precision)
@@ -126,8 +131,13 @@ def _matmul_model(precision: str, batch: int, k: int, n: int) -> tuple[bytes, di
         node = helper.make_node("MatMul", ["x", "w"], ["y"])
         x_type = y_type = TensorProto.FLOAT if precision == "fp32" else TensorProto.FLOAT16
         feed = {"x": rng.standard_normal((batch, k)).astype(dt)}
-    graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", x_type, [batch, k])],
-                              [helper.make_tensor_value_info("y", y_type, [batch, n])], [w])
+    graph = helper.make_graph(
+        [node],
+        "gemm",
+        [helper.make_tensor_value_info("x", x_type, [batch, k])],
+        [helper.make_tensor_value_info("y", y_type, [batch, n])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     return model.SerializeToString(), feed
 
@@ -166,7 +176,7 @@ def measure_machine(sizes: list[int]) -> dict:
         "method": {
             "bandwidth": "numpy float32 dot product of two arrays (reads every byte once), best of 3 interleaved passes x 5, one thread",
             "throughput": "onnxruntime MatMul (fp32, fp16) / MatMulInteger (uint8 x int8) 256x1024 @ 1024x1024, "
-                          "one intra-op thread, best of 5; ops = 2 x multiply-adds",
+            "one intra-op thread, best of 5; ops = 2 x multiply-adds",
         },
         "onnxruntime_version": ort.__version__,
         "numpy_version": np.__version__,
@@ -185,8 +195,11 @@ def check_here(cost: ModelCost, machine: dict, measured_s: float | None) -> dict
     """This machine's prediction for a model against its measured inference time."""
     pred = predict_s(cost, bandwidth_at(machine, cost.weight_bytes), machine["throughput_gops"].get(cost.precision))
     ratio = measured_s / pred["predicted_s"] if measured_s and pred["predicted_s"] else None
-    return pred | {"measured_s": measured_s, "measured_over_predicted": ratio,
-                   "agrees": ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT}
+    return pred | {
+        "measured_s": measured_s,
+        "measured_over_predicted": ratio,
+        "agrees": ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT,
+    }
 
 
 def predict_device(cost: ModelCost, profile) -> dict:

@@ -13,6 +13,7 @@ Every act has a deadline (--deadline-ms, default 80% of the control period); a m
 fail-safe (hover) for that step. Episodes go to OUT/run.jsonl (fsync'd) as they end, so an
 interrupted run loses nothing finished and --resume continues it; see docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,16 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, UserError, defaults_from, error_line, output_dir
+from airq_cli import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    ArgumentParser,
+    UserError,
+    defaults_from,
+    error_line,
+    output_dir,
+)
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
@@ -81,13 +91,24 @@ class RunArgs:
 
 
 def parse_args(argv: list[str] | None) -> RunArgs:
-    p = ArgumentParser(prog="python -m hil.run", description=__doc__.split("\n")[0],
-                                epilog="python -m hil.run --resume DIR [--quiet] continues an interrupted run from DIR/run.jsonl "
-                                       "(same arguments, same seeds, finished episodes skipped).")
-    p.add_argument("--policy", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare (the first is the baseline)")
+    p = ArgumentParser(
+        prog="python -m hil.run",
+        description=__doc__.split("\n")[0],
+        epilog="python -m hil.run --resume DIR [--quiet] continues an interrupted run from DIR/run.jsonl "
+        "(same arguments, same seeds, finished episodes skipped).",
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="ONNX policy; repeat to compare (the first is the baseline)",
+    )
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
-    where.add_argument("--sim-only", action="store_true", help="run the bridge here as a local process with mock hardware")
+    where.add_argument(
+        "--sim-only", action="store_true", help="run the bridge here as a local process with mock hardware"
+    )
     p.add_argument("--port", type=int)
     p.add_argument("--profile", help="--sim-only resource profile (hil/profiles.toml)")
     p.add_argument("--threads", type=int, help="onnxruntime threads of the local bridge")
@@ -98,16 +119,28 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--backend", choices=BACKENDS, help="simulator backend")
     p.add_argument("--airsim-host", help="AirSim / Cosys-AirSim server (with --backend airsim)")
     p.add_argument("--airsim-port", type=int)
-    p.add_argument("--airsim-scene", help="file describing the AirSim map's obstacles (docs/airsim.md); without it episodes have none")
+    p.add_argument(
+        "--airsim-scene",
+        help="file describing the AirSim map's obstacles (docs/airsim.md); without it episodes have none",
+    )
     p.add_argument("--airsim-lockstep", action="store_true", help="pause AirSim between control steps")
-    p.add_argument("--device-arch", choices=("native", "aarch64"),
-                   help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)")
+    p.add_argument(
+        "--device-arch",
+        choices=("native", "aarch64"),
+        help="--sim-only: run the bridge natively or as aarch64 under qemu (proves the Arm stack, not Pi timing)",
+    )
     p.add_argument("--timeout", dest="timeout_s", type=float, help="seconds per request before a retry")
-    p.add_argument("--deadline-ms", type=float, help="act deadline; a miss flies hover for that step "
-                   "(default: 80%% of the control period, --rate-hz or the simulator's dt)")
+    p.add_argument(
+        "--deadline-ms",
+        type=float,
+        help="act deadline; a miss flies hover for that step "
+        "(default: 80%% of the control period, --rate-hz or the simulator's dt)",
+    )
     p.add_argument("--max-outage-s", type=float, help="give up after this long without the bridge")
     p.add_argument("--max-steps", type=int, help="episode length limit (default: the level's task.max_steps)")
-    p.add_argument("--bridge-key", metavar="FILE", help="CurveZMQ: the bridge's public key (bridge.key); with --client-key")
+    p.add_argument(
+        "--bridge-key", metavar="FILE", help="CurveZMQ: the bridge's public key (bridge.key); with --client-key"
+    )
     p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this host's key pair (host.key_secret)")
     p.add_argument("--out", type=output_dir, help="folder for run.jsonl, report.json and the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -118,7 +151,9 @@ def parse_args(argv: list[str] | None) -> RunArgs:
 def parse_resume_args(argv: list[str]) -> RunArgs:
     """``--resume DIR [--quiet]``: everything else comes from DIR/run.jsonl's header."""
     p = ArgumentParser(prog="python -m hil.run --resume", description="Continue an interrupted run.")
-    p.add_argument("--resume", required=True, type=output_dir, metavar="DIR", help="output directory of the interrupted run")
+    p.add_argument(
+        "--resume", required=True, type=output_dir, metavar="DIR", help="output directory of the interrupted run"
+    )
     p.add_argument("--quiet", action="store_true")
     ns = p.parse_args(argv)
     log_path = Path(ns.resume) / RUN_LOG
@@ -245,22 +280,30 @@ def run(args: RunArgs) -> int:
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
     deadline_s = args.deadline_ms / 1e3 if args.deadline_ms else default_deadline_s(cfg, args.rate_hz)
     log_path = out_dir / RUN_LOG
-    earlier = EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
+    earlier = (
+        EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
+    )
     done = earlier.rows
     finished_all = args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values())
     if finished_all and _report_matches(out_dir / "report.json", policy_bytes, done):
         # Nothing left to fly: no bridge, and the report the run wrote stays as it is.
-        print(f"the run in {out_dir} is complete ({args.episodes} episodes of each of {len(args.policy)} "
-              f"policies in {log_path}); report: {out_dir / 'report.json'}")
+        print(
+            f"the run in {out_dir} is complete ({args.episodes} episodes of each of {len(args.policy)} "
+            f"policies in {log_path}); report: {out_dir / 'report.json'}"
+        )
         return 0
     # The log is created with the first episode, not before: a run that fails before flying anything
     # (a user error, no bridge) leaves no log, and an earlier run's log stays where it is, resumable.
-    log = RunLog(log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir))
+    log = RunLog(
+        log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir)
+    )
     report: dict = {
         "command": " ".join(["python -m hil.run", *sys.argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "args": asdict(args),
-        "mode": "sim-only (local bridge process, mock flight controller)" if args.sim_only else f"device {args.host}:{args.port}",
+        "mode": "sim-only (local bridge process, mock flight controller)"
+        if args.sim_only
+        else f"device {args.host}:{args.port}",
         "profile": asdict(profile) | {"emulated": profile.emulated()} if args.sim_only else None,
         "level": cfg.level,
         "obs_dim": cfg.obs_dim,
@@ -272,13 +315,23 @@ def run(args: RunArgs) -> int:
         "comparisons": [],
     }
     if args.resume:
-        log.append({"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}},
-                   durable=False)
+        log.append(
+            {"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}},
+            durable=False,
+        )
     else:
-        log.append({"kind": "run", "log_version": RUN_LOG_VERSION, "args": asdict(args), "command": report["command"],
-                    "t_wall": time.time(), "deadline_ms": deadline_s * 1e3,
-                    "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)]},
-                   durable=False)
+        log.append(
+            {
+                "kind": "run",
+                "log_version": RUN_LOG_VERSION,
+                "args": asdict(args),
+                "command": report["command"],
+                "t_wall": time.time(),
+                "deadline_ms": deadline_s * 1e3,
+                "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)],
+            },
+            durable=False,
+        )
     records: list[LoopRecord] = []
     env = None
     written = False
@@ -303,8 +356,16 @@ def run(args: RunArgs) -> int:
             summary = summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s)
             # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
             # report.json, which may be missing (killed before writing it) or another run's.
-            log.append({"kind": "policy_end", "policy": path, "policy_index": index, "device": report["device"],
-                        "episodes": sorted(finished | set(todo)), "summary": _without_rows(summary)})
+            log.append(
+                {
+                    "kind": "policy_end",
+                    "policy": path,
+                    "policy_index": index,
+                    "device": report["device"],
+                    "episodes": sorted(finished | set(todo)),
+                    "summary": _without_rows(summary),
+                }
+            )
             report["runs"].append(summary)
             report["comparisons"] = compare(report["runs"])
             write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
@@ -317,14 +378,24 @@ def run(args: RunArgs) -> int:
         log.close()
     print(_header(report))
     print(format_table(report["runs"], report["comparisons"]))
-    print(f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}")
+    print(
+        f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}"
+    )
     return 0
 
 
 def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
     try:
-        options = {"host": args.airsim_host, "port": args.airsim_port, "scene": args.airsim_scene,
-                   "lockstep": args.airsim_lockstep} if args.backend == "airsim" else {}
+        options = (
+            {
+                "host": args.airsim_host,
+                "port": args.airsim_port,
+                "scene": args.airsim_scene,
+                "lockstep": args.airsim_lockstep,
+            }
+            if args.backend == "airsim"
+            else {}
+        )
         return make_env(cfg, args.backend, render_mode="rgb_array", **options)
     except (ValueError, RuntimeError) as e:
         raise UserError(str(e)) from None
@@ -394,33 +465,74 @@ def _report_matches(path: Path, policy_bytes: list[bytes], done: dict[int, list[
     return len(runs) == len(policy_bytes) and all(
         run.get("sha256") == sha256_hex(onnx)
         and [e.get("episode") for e in run.get("episodes") or []] == sorted(r["episode"] for r in done[i])
-        for i, (run, onnx) in enumerate(zip(runs, policy_bytes)))
+        for i, (run, onnx) in enumerate(zip(runs, policy_bytes))
+    )
 
 
 def _fly_policy(
-    args: RunArgs, profile: DeviceProfile, cfg: NavConfig, env: Any, log: RunLog, index: int, path: str, onnx: bytes,
-    todo: list[int], deadline_s: float, report: dict,
+    args: RunArgs,
+    profile: DeviceProfile,
+    cfg: NavConfig,
+    env: Any,
+    log: RunLog,
+    index: int,
+    path: str,
+    onnx: bytes,
+    todo: list[int],
+    deadline_s: float,
+    report: dict,
 ) -> tuple[LoopRecord, dict[str, Any]]:
     """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
     with (device := Device(args, profile)) as client:
+
         def log_event(event: Event) -> None:
             log.append(event, durable=False)  # visible to readers at once; only episodes need fsync
 
         if device.process is not None:
-            log_event({"kind": "event", "event": "bridge_started", "policy": path, "pid": device.process.pid,
-                       "endpoint": device.process.endpoint, "t_mono": time.monotonic(), "t_wall": time.time()})
+            log_event(
+                {
+                    "kind": "event",
+                    "event": "bridge_started",
+                    "policy": path,
+                    "pid": device.process.pid,
+                    "endpoint": device.process.endpoint,
+                    "t_mono": time.monotonic(),
+                    "t_wall": time.time(),
+                }
+            )
         hello = client.hello()
-        report["device"] = report["device"] or {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
+        report["device"] = report["device"] or {
+            k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")
+        }
         load = client.load_policy(onnx, name=Path(path).name)
-        log_event({"kind": "event", "event": "policy_loaded", "policy": path, "policy_index": index, "load": load,
-                   "t_mono": time.monotonic(), "t_wall": time.time()})  # model size, load time: for a rebuilt summary
+        log_event(
+            {
+                "kind": "event",
+                "event": "policy_loaded",
+                "policy": path,
+                "policy_index": index,
+                "load": load,
+                "t_mono": time.monotonic(),
+                "t_wall": time.time(),
+            }
+        )  # model size, load time: for a rebuilt summary
         _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
         if load.get("obs_dim") not in (None, cfg.obs_dim):
-            raise UserError(f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}")
+            raise UserError(
+                f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}"
+            )
         if load.get("sha256") != sha256_hex(onnx):
-            raise BridgeError(client.endpoint, f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}")
-        link = ControlLink(client, deadline_s, PolicyUpload(onnx, Path(path).name), supervisor=device.supervisor(),
-                           on_event=log_event, max_outage_s=args.max_outage_s)
+            raise BridgeError(
+                client.endpoint, f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}"
+            )
+        link = ControlLink(
+            client,
+            deadline_s,
+            PolicyUpload(onnx, Path(path).name),
+            supervisor=device.supervisor(),
+            on_event=log_event,
+            max_outage_s=args.max_outage_s,
+        )
         link.context["policy"] = path
         progress = _progress(path, args)
 
@@ -429,8 +541,9 @@ def _fly_policy(
             if progress:
                 progress(ep, rec)
 
-        rec = run_closed_loop(client, cfg, todo, args.seed, args.rate_hz, on_episode=on_episode, env=env,
-                              link=link, deadline_s=deadline_s)
+        rec = run_closed_loop(
+            client, cfg, todo, args.seed, args.rate_hz, on_episode=on_episode, env=env, link=link, deadline_s=deadline_s
+        )
     return rec, load
 
 
@@ -454,11 +567,16 @@ def _int8_line(d: dict) -> str:
 
 def _header(report: dict) -> str:
     d = (report["device"] or {}).get("device") or {}
-    where = report["mode"] + (f", profile {report['profile']['name']}: {report['profile']['emulated']}" if report["profile"] else "")
-    return (f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
-            f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
-            f"episodes from seed {report['args']['seed']}, " + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running")
-            + f"\n{_int8_line(d)}\nhost versions: {format_versions(report.get('host_versions') or {})}")
+    where = report["mode"] + (
+        f", profile {report['profile']['name']}: {report['profile']['emulated']}" if report["profile"] else ""
+    )
+    return (
+        f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
+        f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
+        f"episodes from seed {report['args']['seed']}, "
+        + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running")
+        + f"\n{_int8_line(d)}\nhost versions: {format_versions(report.get('host_versions') or {})}"
+    )
 
 
 _bar = None
@@ -476,7 +594,10 @@ def _progress(path: str, args: RunArgs):
 
     def update(ep, rec: LoopRecord) -> None:
         n = len(rec.episodes)
-        _bar.set_postfix(hz=f"{len(rec.rtt_ns) / max(rec.loop_s, 1e-9):,.0f}", success=f"{sum(e.success for e in rec.episodes) / n:.0%}")
+        _bar.set_postfix(
+            hz=f"{len(rec.rtt_ns) / max(rec.loop_s, 1e-9):,.0f}",
+            success=f"{sum(e.success for e in rec.episodes) / n:.0%}",
+        )
         _bar.update(1)
 
     return update
@@ -505,7 +626,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         signal.signal(signal.SIGTERM, _terminate)
-    resume_hint = f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
+    resume_hint = (
+        f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
+    )
 
     def episodes_logged() -> bool:
         path = Path(args.out) / RUN_LOG
@@ -523,8 +646,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         # Before its first episode a run has left no log (hil.report.RunLog is deferred): nothing to resume.
-        print(f"interrupted: {resume_hint}" if episodes_logged() else
-              f"interrupted before any episode was recorded: nothing written to {args.out}", file=sys.stderr)
+        print(
+            f"interrupted: {resume_hint}"
+            if episodes_logged()
+            else f"interrupted before any episode was recorded: nothing written to {args.out}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
 
 

@@ -34,6 +34,7 @@ Adding a section: a stage is a function (Study) -> None that stores its results 
 (run it from :meth:`Study.run`), and a markdown section is a function (data) -> str appended to
 ``MARKDOWN_SECTIONS``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,12 +76,33 @@ STUDY_VERSION = 1
 # Air Learning Policies I-III on a Raspberry Pi 3b (4x Cortex-A53 @ 1.2 GHz, ~900 MB RAM), fp32 vs int8.
 SEED_SOURCE = "QuaRL (Krishnan et al., SysML 2020 / TMLR 2022), Table 4: Raspberry Pi 3b, fp32 vs int8"
 SEED_TABLE = {
-    "policy1": {"name": "I", "layers": "3 x 64", "fp32_ms": 0.147, "fp32_success": 0.60, "int8_ms": 0.124,
-                "int8_success": 0.45, "speedup": 1.18},
-    "policy2": {"name": "II", "layers": "3 x 256", "fp32_ms": 133.49, "fp32_success": 0.74, "int8_ms": 9.53,
-                "int8_success": 0.60, "speedup": 14.0},
-    "policy3": {"name": "III", "layers": "4096, 512, 1024", "fp32_ms": 208.115, "fp32_success": 0.86,
-                "int8_ms": 11.036, "int8_success": 0.75, "speedup": 18.85},
+    "policy1": {
+        "name": "I",
+        "layers": "3 x 64",
+        "fp32_ms": 0.147,
+        "fp32_success": 0.60,
+        "int8_ms": 0.124,
+        "int8_success": 0.45,
+        "speedup": 1.18,
+    },
+    "policy2": {
+        "name": "II",
+        "layers": "3 x 256",
+        "fp32_ms": 133.49,
+        "fp32_success": 0.74,
+        "int8_ms": 9.53,
+        "int8_success": 0.60,
+        "speedup": 14.0,
+    },
+    "policy3": {
+        "name": "III",
+        "layers": "4096, 512, 1024",
+        "fp32_ms": 208.115,
+        "fp32_success": 0.86,
+        "int8_ms": 11.036,
+        "int8_success": 0.75,
+        "speedup": 18.85,
+    },
 }
 
 
@@ -114,12 +136,22 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     p = ArgumentParser(prog="python -m hil.study", description=__doc__.split("\n")[0])
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
-    where.add_argument("--sim-only", action="store_true", help="run each bridge here as a local process with mock hardware")
+    where.add_argument(
+        "--sim-only", action="store_true", help="run each bridge here as a local process with mock hardware"
+    )
     p.add_argument("--port", type=int)
-    p.add_argument("--profile", help="--sim-only: resource profile (hil/profiles.toml; default native); "
-                                     "--host: the board, for its roofline figures")
-    p.add_argument("--models", nargs="+", metavar="FILE", help="ONNX models named GROUP_PRECISION.onnx "
-                   f"(PRECISION: {', '.join(PRECISIONS)}); each group needs its fp32 (default: the 12 shipped models)")
+    p.add_argument(
+        "--profile",
+        help="--sim-only: resource profile (hil/profiles.toml; default native); "
+        "--host: the board, for its roofline figures",
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        metavar="FILE",
+        help="ONNX models named GROUP_PRECISION.onnx "
+        f"(PRECISION: {', '.join(PRECISIONS)}); each group needs its fp32 (default: the 12 shipped models)",
+    )
     p.add_argument("--episodes", type=int, help="seeded episodes per model and level")
     p.add_argument("--levels", nargs="+")
     p.add_argument("--seed", type=int)
@@ -128,20 +160,36 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     p.add_argument("--out", type=output_dir, help="folder for study.json, study.md, the figures and cells/")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     m = p.add_argument_group("memory stage (does an Air Learning-sized Policy III fit the device's RAM? docs/study.md)")
-    m.add_argument("--memory-study", action=argparse.BooleanOptionalAction,
-                   help="run it (default: with --host, a report of the device's RAM; sim-only, when the profile has a memory size)")
-    m.add_argument("--memory-source", metavar="FILE",
-                   help="fp32 policy to widen to the large camera (default: models/policy3_fp32.onnx)")
+    m.add_argument(
+        "--memory-study",
+        action=argparse.BooleanOptionalAction,
+        help="run it (default: with --host, a report of the device's RAM; sim-only, when the profile has a memory size)",
+    )
+    m.add_argument(
+        "--memory-source",
+        metavar="FILE",
+        help="fp32 policy to widen to the large camera (default: models/policy3_fp32.onnx)",
+    )
     m.add_argument("--memory-camera", metavar="HxW", help="large depth image (default: Air Learning's 144x256)")
-    m.add_argument("--memory-limits", nargs="+", metavar="MB[:SWAP_MB]",
-                   help="RAM limits (default: the profile's size with swap, without swap, and 512 MB with swap)")
+    m.add_argument(
+        "--memory-limits",
+        nargs="+",
+        metavar="MB[:SWAP_MB]",
+        help="RAM limits (default: the profile's size with swap, without swap, and 512 MB with swap)",
+    )
     m.add_argument("--memory-swap-mb", type=int, help="swap of a limit that does not give its own")
     m.add_argument("--memory-episodes", type=int, help="seeded episodes per memory run")
-    m.add_argument("--memory-thrash-acts", type=int,
-                   help="acts flown under a limit at or below the model's weight bytes (each pages the weights back in)")
+    m.add_argument(
+        "--memory-thrash-acts",
+        type=int,
+        help="acts flown under a limit at or below the model's weight bytes (each pages the weights back in)",
+    )
     m.add_argument("--memory-calibration-episodes", type=int, help="calibration episodes of the large model's int8")
-    m.add_argument("--memory-cache", metavar="DIR",
-                   help="where the large models are kept between studies (default .cache/study-memory)")
+    m.add_argument(
+        "--memory-cache",
+        metavar="DIR",
+        help="where the large models are kept between studies (default .cache/study-memory)",
+    )
     defaults_from(p, StudyArgs)  # each default written once, in StudyArgs
     p.set_defaults(models=None)  # shown as "the 12 shipped models", filled in below
     ns = vars(p.parse_args(argv))
@@ -166,10 +214,14 @@ def parse_models(paths: list[str]) -> dict[str, list[Model]]:
         stem = Path(path).stem
         prec = next((q for q in sorted(PRECISIONS, key=len, reverse=True) if stem.endswith("_" + q)), None)
         if prec is None:
-            raise UserError(f"cannot tell the precision of {path}: name it GROUP_PRECISION.onnx with PRECISION one of {', '.join(PRECISIONS)}")
+            raise UserError(
+                f"cannot tell the precision of {path}: name it GROUP_PRECISION.onnx with PRECISION one of {', '.join(PRECISIONS)}"
+            )
         group = stem[: -len(prec) - 1]
         if any(m.precision == prec for m in groups.get(group, [])):
-            raise UserError(f"two {prec} models for {group}: {path} and {next(m.path for m in groups[group] if m.precision == prec)}")
+            raise UserError(
+                f"two {prec} models for {group}: {path} and {next(m.path for m in groups[group] if m.precision == prec)}"
+            )
         groups.setdefault(group, []).append(Model(str(path), group, prec))
     for group, models in groups.items():
         if not any(m.precision == "fp32" for m in models):
@@ -208,8 +260,13 @@ def _group_label(group: str) -> str:
 
 
 class Study:
-    def __init__(self, args: StudyArgs, groups: dict[str, list[Model]], profile: DeviceProfile | None,
-                 memory_plan: dict | None = None):
+    def __init__(
+        self,
+        args: StudyArgs,
+        groups: dict[str, list[Model]],
+        profile: DeviceProfile | None,
+        memory_plan: dict | None = None,
+    ):
         self.args, self.groups, self.profile, self.memory_plan = args, groups, profile, memory_plan
         self.out = Path(args.out)
         self.started = time.monotonic()
@@ -248,7 +305,9 @@ class Study:
             except ValueError:
                 old = None
             if old != key:
-                raise UserError(f"{self.out} holds a study with other arguments ({marker}); use another --out or remove it")
+                raise UserError(
+                    f"{self.out} holds a study with other arguments ({marker}); use another --out or remove it"
+                )
 
     def claim_out_dir(self) -> None:
         """Written with the first result, not before: a study that fails before recording anything
@@ -277,15 +336,20 @@ class Study:
         try:  # earlier sessions of this study (a resumed study adds up their wall times)
             old = json.loads((self.out / "study.json").read_text())
             self.previous = old
-            self.data["sessions"] = old.get("sessions") or ([{"date": old["date"], "wall_s": old["wall_s"]}] if old.get("wall_s") else [])
+            self.data["sessions"] = old.get("sessions") or (
+                [{"date": old["date"], "wall_s": old["wall_s"]}] if old.get("wall_s") else []
+            )
         except (OSError, ValueError):
             self.data["sessions"] = []
         if self.data["sessions"]:
             self.data["date"] = self.data["sessions"][0]["date"]  # the study's date is when its first session ran
         self.data["rendered"] = self.session_date
         n_cells = len(self.groups) * len(self.args.levels)
-        self.say(f"{len(self.args.models)} models in {len(self.groups)} groups x {len(self.args.levels)} levels x "
-                 f"{self.args.episodes} episodes; {self.data['mode']}" + (f", profile {self.profile.name}" if self.profile else ""))
+        self.say(
+            f"{len(self.args.models)} models in {len(self.groups)} groups x {len(self.args.levels)} levels x "
+            f"{self.args.episodes} episodes; {self.data['mode']}"
+            + (f", profile {self.profile.name}" if self.profile else "")
+        )
         if self.args.sim_only:
             self.measure_machine()
         done = 0
@@ -300,8 +364,13 @@ class Study:
         self.save()
         self.data["complete"] = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
-            self.data["sessions"].append({"date": self.session_date, "wall_s": time.monotonic() - self.started,
-                                          "host_versions": self.data["host_versions"]})
+            self.data["sessions"].append(
+                {
+                    "date": self.session_date,
+                    "wall_s": time.monotonic() - self.started,
+                    "host_versions": self.data["host_versions"],
+                }
+            )
         self.data["date"] = self.data["sessions"][0]["date"] if self.data["sessions"] else self.session_date
         self.data["wall_s"] = sum(x["wall_s"] for x in self.data["sessions"])
         self.save()
@@ -316,8 +385,17 @@ class Study:
             sizes = [roofline.model_cost(m.path).weight_bytes for ms in self.groups.values() for m in ms]
             self.say("measuring this machine's bandwidth and compute throughput (one core) for the roofline check")
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-            cmd = [*_cpu_prefix(self.profile), sys.executable, "-m", "hil.roofline", "measure", "--out", str(path),
-                   "--sizes", *map(str, sizes)]
+            cmd = [
+                *_cpu_prefix(self.profile),
+                sys.executable,
+                "-m",
+                "hil.roofline",
+                "measure",
+                "--out",
+                str(path),
+                "--sizes",
+                *map(str, sizes),
+            ]
             self.measured_anything = True
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -330,28 +408,51 @@ class Study:
         paths = [m.path for m in models]
         report = _finished_report(cell, paths, self.args.episodes)
         if report is None:
-            run_args = RunArgs(policy=paths, host=self.args.host, port=self.args.port, sim_only=self.args.sim_only,
-                               profile=self.profile.name if self.args.sim_only and self.profile else "native",
-                               episodes=self.args.episodes, level=level, seed=self.args.seed, out=str(cell),
-                               quiet=self.args.quiet, resume=_can_resume(cell, paths, self.args, level))
+            run_args = RunArgs(
+                policy=paths,
+                host=self.args.host,
+                port=self.args.port,
+                sim_only=self.args.sim_only,
+                profile=self.profile.name if self.args.sim_only and self.profile else "native",
+                episodes=self.args.episodes,
+                level=level,
+                seed=self.args.seed,
+                out=str(cell),
+                quiet=self.args.quiet,
+                resume=_can_resume(cell, paths, self.args, level),
+            )
             t0 = time.monotonic()
-            self.say(f"[{k}/{n}] {level} {_group_label(group)}: {len(models)} models x {self.args.episodes} episodes"
-                     + (" (resuming)" if run_args.resume else ""))
+            self.say(
+                f"[{k}/{n}] {level} {_group_label(group)}: {len(models)} models x {self.args.episodes} episodes"
+                + (" (resuming)" if run_args.resume else "")
+            )
             cell.mkdir(parents=True, exist_ok=True)
             self.measured_anything = True
             with open(cell / "table.txt", "w") as table, contextlib.redirect_stdout(table):
                 hil_run(run_args)
             report = json.loads((cell / "report.json").read_text())
-            self.say(f"[{k}/{n}] {level} {_group_label(group)} done in {time.monotonic() - t0:.0f} s: "
-                     + ", ".join(f"{Path(r['policy']).stem} {r['outcomes']['success_rate']:.1%}" for r in report["runs"]))
+            self.say(
+                f"[{k}/{n}] {level} {_group_label(group)} done in {time.monotonic() - t0:.0f} s: "
+                + ", ".join(f"{Path(r['policy']).stem} {r['outcomes']['success_rate']:.1%}" for r in report["runs"])
+            )
         else:
             self.say(f"[{k}/{n}] {level} {_group_label(group)}: already done ({cell / 'report.json'})")
         self.data["device"] = self.data["device"] or report.get("device")
         self.data["cells"][key] = {
-            "level": level, "group": group, "dir": str(cell), "date": report.get("date"),
-            "runs": [{k2: v for k2, v in r.items() if k2 != "episodes"} | {"episodes": [
-                {"episode": e["episode"], "seed": e["seed"], "outcome": e["outcome"], "steps": e["steps"]} for e in r["episodes"]]}
-                for r in report["runs"]],
+            "level": level,
+            "group": group,
+            "dir": str(cell),
+            "date": report.get("date"),
+            "runs": [
+                {k2: v for k2, v in r.items() if k2 != "episodes"}
+                | {
+                    "episodes": [
+                        {"episode": e["episode"], "seed": e["seed"], "outcome": e["outcome"], "steps": e["steps"]}
+                        for e in r["episodes"]
+                    ]
+                }
+                for r in report["runs"]
+            ],
             "comparisons": report["comparisons"],
         }
 
@@ -361,13 +462,17 @@ class Study:
             self.data["timing"][group] = json.loads(path.read_text())
             return
         a = self.args
-        self.say(f"timing pass {_group_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved")
+        self.say(
+            f"timing pass {_group_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
+        )
         self.measured_anything = True
         obs = recorded_observations(a.levels, a.seed, a.timing_acts)
         result = timing_pass(models, obs, a, self.profile)
         write_atomic(path, json.dumps(result, indent=1).encode())
         self.data["timing"][group] = result
-        summary = ", ".join(f"{Path(m).stem} p50 {r['device_inference_us']['p50']:.1f} us" for m, r in result["models"].items())
+        summary = ", ".join(
+            f"{Path(m).stem} p50 {r['device_inference_us']['p50']:.1f} us" for m, r in result["models"].items()
+        )
         self.say(f"timing pass {_group_label(group)} done: {summary}")
 
 
@@ -399,8 +504,13 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
     if header is None:
         return False
     old = header.get("args", {})
-    return (old.get("policy") == paths and old.get("episodes") == args.episodes and old.get("seed") == args.seed
-            and old.get("level") == level and any(r.get("kind") == "episode" for r in records))
+    return (
+        old.get("policy") == paths
+        and old.get("episodes") == args.episodes
+        and old.get("seed") == args.seed
+        and old.get("level") == level
+        and any(r.get("kind") == "episode" for r in records)
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -458,12 +568,16 @@ def timing_pass(models: list[Model], obs: np.ndarray, args: StudyArgs, profile: 
             shared = BridgeClient(f"tcp://{host}:{args.port}", timeout_s=30.0)
             clients = {m.path: shared for m in models}
         for r in range(args.timing_rounds):
-            order = models[r % len(models):] + models[: r % len(models)]
+            order = models[r % len(models) :] + models[: r % len(models)]
             for m in order:
                 client = clients[m.path]
                 if not args.sim_only:
                     sizes[m.path] = client.load_policy(m.path).get("size_bytes")
-                for o in obs[: args.timing_acts] if len(obs) >= args.timing_acts else np.resize(obs, (args.timing_acts, obs.shape[1])):
+                for o in (
+                    obs[: args.timing_acts]
+                    if len(obs) >= args.timing_acts
+                    else np.resize(obs, (args.timing_acts, obs.shape[1]))
+                ):
                     res = client.act(o)
                     infer[m.path].append(res.infer_ns)
                     rtt[m.path].append(res.rtt_ns)
@@ -476,9 +590,16 @@ def timing_pass(models: list[Model], obs: np.ndarray, args: StudyArgs, profile: 
         "rounds": args.timing_rounds,
         "acts_per_round": args.timing_acts,
         "observations": int(len(obs)),
-        "models": {m.path: {"precision": m.precision, "model_bytes": sizes.get(m.path),
-                            "device_inference_us": percentiles_us(infer[m.path]), "round_trip_us": percentiles_us(rtt[m.path]),
-                            "acts": len(infer[m.path])} for m in models},
+        "models": {
+            m.path: {
+                "precision": m.precision,
+                "model_bytes": sizes.get(m.path),
+                "device_inference_us": percentiles_us(infer[m.path]),
+                "round_trip_us": percentiles_us(rtt[m.path]),
+                "acts": len(infer[m.path]),
+            }
+            for m in models
+        },
     }
 
 
@@ -491,7 +612,7 @@ def _fp32_run(cell: dict) -> dict:
 
 def build_rows(data: dict, groups: dict[str, list[Model]]) -> list[dict]:
     rows = []
-    for key, cell in data["cells"].items():
+    for cell in data["cells"].values():
         base = _fp32_run(cell)
         comparisons = {c["policy"]: c for c in cell["comparisons"]}
         timing = data["timing"].get(cell["group"], {}).get("models", {})
@@ -504,25 +625,39 @@ def build_rows(data: dict, groups: dict[str, list[Model]]) -> list[dict]:
             t = timing.get(run["policy"], {}).get("device_inference_us", {})
             comp = comparisons.get(run["policy"])
             mem = run["device_memory"]
-            rows.append({
-                "level": cell["level"], "group": cell["group"], "precision": model.precision, "model": run["policy"],
-                "episodes": n, "successes": successes, "success_rate": successes / n if n else 0.0,
-                "success_ci95": list(wilson_interval(successes, n)),
-                "reported_success_rate": outcomes["success_rate"],
-                "paired_vs_fp32": comp["success_difference"] if comp else None,
-                "loop_inference_us": {"p50": run["device_inference_us"]["p50"], "p99": run["device_inference_us"]["p99"]},
-                "timing_inference_us": {"p50": t.get("p50"), "p99": t.get("p99")} if t else None,
-                "actuation_hz": run["actuation_hz"],
-                "round_trip_us_p50": run["round_trip_us"]["p50"],
-                "speedup_vs_fp32": base_t / t["p50"] if t and base_t and t.get("p50") else None,
-                "loop_speedup_vs_fp32": comp["inference_speedup"] if comp else (1.0 if run is base else None),
-                "rss_bytes": mem["rss_bytes"], "peak_rss_bytes": mem["peak_rss_bytes"],
-                "model_rss_bytes": mem.get("model_rss_bytes"), "model_bytes": run["model_bytes"],
-                "peak_rss_ratio_vs_fp32": _ratio(base["device_memory"]["peak_rss_bytes"], mem["peak_rss_bytes"]),
-                "model_rss_ratio_vs_fp32": _ratio(base["device_memory"].get("model_rss_bytes") or 0, mem.get("model_rss_bytes") or 0),
-                "model_size_ratio_vs_fp32": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
-                "deadline_misses": run["deadline_misses"],
-            })
+            rows.append(
+                {
+                    "level": cell["level"],
+                    "group": cell["group"],
+                    "precision": model.precision,
+                    "model": run["policy"],
+                    "episodes": n,
+                    "successes": successes,
+                    "success_rate": successes / n if n else 0.0,
+                    "success_ci95": list(wilson_interval(successes, n)),
+                    "reported_success_rate": outcomes["success_rate"],
+                    "paired_vs_fp32": comp["success_difference"] if comp else None,
+                    "loop_inference_us": {
+                        "p50": run["device_inference_us"]["p50"],
+                        "p99": run["device_inference_us"]["p99"],
+                    },
+                    "timing_inference_us": {"p50": t.get("p50"), "p99": t.get("p99")} if t else None,
+                    "actuation_hz": run["actuation_hz"],
+                    "round_trip_us_p50": run["round_trip_us"]["p50"],
+                    "speedup_vs_fp32": base_t / t["p50"] if t and base_t and t.get("p50") else None,
+                    "loop_speedup_vs_fp32": comp["inference_speedup"] if comp else (1.0 if run is base else None),
+                    "rss_bytes": mem["rss_bytes"],
+                    "peak_rss_bytes": mem["peak_rss_bytes"],
+                    "model_rss_bytes": mem.get("model_rss_bytes"),
+                    "model_bytes": run["model_bytes"],
+                    "peak_rss_ratio_vs_fp32": _ratio(base["device_memory"]["peak_rss_bytes"], mem["peak_rss_bytes"]),
+                    "model_rss_ratio_vs_fp32": _ratio(
+                        base["device_memory"].get("model_rss_bytes") or 0, mem.get("model_rss_bytes") or 0
+                    ),
+                    "model_size_ratio_vs_fp32": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
+                    "deadline_misses": run["deadline_misses"],
+                }
+            )
     return rows
 
 
@@ -541,23 +676,33 @@ def build_roofline(data: dict, groups: dict[str, list[Model]], profile: DevicePr
             cost = roofline.model_cost(m.path)
             measured = timing.get(m.path, {}).get("device_inference_us", {}).get("p50")
             measured_s = measured / 1e6 if measured else None
-            entry = {"model": m.path, "group": group, "precision": m.precision, "cost": asdict(cost) | {"ops": cost.ops}}
+            entry = {
+                "model": m.path,
+                "group": group,
+                "precision": m.precision,
+                "cost": asdict(cost) | {"ops": cost.ops},
+            }
             if data["args"]["sim_only"] and data.get("machine"):
                 check = roofline.check_here(cost, data["machine"], measured_s)
                 entry["check"] = check | {"where": "this machine"}
             elif not data["args"]["sim_only"] and profile is not None:
                 pred = roofline.predict_device(cost, profile)
                 ratio = measured_s / pred["predicted_s"] if measured_s and pred["predicted_s"] else None
-                entry["check"] = pred | {"where": f"the device ({profile.name} figures)", "measured_s": measured_s,
-                                         "measured_over_predicted": ratio,
-                                         "agrees": ratio is not None and 1 / roofline.AGREEMENT <= ratio <= roofline.AGREEMENT}
+                entry["check"] = pred | {
+                    "where": f"the device ({profile.name} figures)",
+                    "measured_s": measured_s,
+                    "measured_over_predicted": ratio,
+                    "agrees": ratio is not None and 1 / roofline.AGREEMENT <= ratio <= roofline.AGREEMENT,
+                }
             else:
                 entry["check"] = None
             agrees = bool(entry["check"] and entry["check"]["agrees"])
             entry["predicted_on_pi"] = {}
             for name, board in boards.items():
                 pred = roofline.predict_device(cost, board)
-                entry["predicted_on_pi"][name] = pred | {"shown": agrees and pred["predicted_s"] is not None and not pred["missing"]}
+                entry["predicted_on_pi"][name] = pred | {
+                    "shown": agrees and pred["predicted_s"] is not None and not pred["missing"]
+                }
             out.append(entry)
     return out
 
@@ -569,21 +714,45 @@ def build_targets(data: dict) -> list[dict]:
     for r in rows:
         if r["precision"] == "int8" and r["paired_vs_fp32"]:
             d = r["paired_vs_fp32"]["diff"]
-            targets.append({"target": f"{_group_label(r['group'])} int8 success within 2 points of fp32 on {r['level']}",
-                            "value": f"{d * 100:+.1f} pts", "met": abs(d) <= 0.02 + 1e-12})
-    big = max({r["group"] for r in rows}, key=lambda g: max((x["model_bytes"] or 0) for x in rows if x["group"] == g), default=None)
+            targets.append(
+                {
+                    "target": f"{_group_label(r['group'])} int8 success within 2 points of fp32 on {r['level']}",
+                    "value": f"{d * 100:+.1f} pts",
+                    "met": abs(d) <= 0.02 + 1e-12,
+                }
+            )
+    big = max(
+        {r["group"] for r in rows},
+        key=lambda g: max((x["model_bytes"] or 0) for x in rows if x["group"] == g),
+        default=None,
+    )
     if big is not None:
         int8 = [r for r in rows if r["group"] == big and r["precision"] == "int8"]
         if int8:
             r = int8[0]
             s, z = r["speedup_vs_fp32"], r["model_size_ratio_vs_fp32"]
-            targets.append({"target": f"{_group_label(big)} int8 >= 4x faster than fp32 (timing-pass p50)",
-                            "value": f"{s:.2f}x" if s else "n/a", "met": bool(s and s >= 4.0)})
-            targets.append({"target": f"{_group_label(big)} int8 >= 3.9x smaller than fp32 (model bytes)",
-                            "value": f"{z:.2f}x" if z else "n/a", "met": bool(z and z >= 3.9)})
+            targets.append(
+                {
+                    "target": f"{_group_label(big)} int8 >= 4x faster than fp32 (timing-pass p50)",
+                    "value": f"{s:.2f}x" if s else "n/a",
+                    "met": bool(s and s >= 4.0),
+                }
+            )
+            targets.append(
+                {
+                    "target": f"{_group_label(big)} int8 >= 3.9x smaller than fp32 (model bytes)",
+                    "value": f"{z:.2f}x" if z else "n/a",
+                    "met": bool(z and z >= 3.9),
+                }
+            )
             pk = r["peak_rss_ratio_vs_fp32"]
-            targets.append({"target": f"{_group_label(big)} int8 peak device RSS vs fp32 (reported, no target)",
-                            "value": f"{pk:.2f}x smaller" if pk else "n/a", "met": None})
+            targets.append(
+                {
+                    "target": f"{_group_label(big)} int8 peak device RSS vs fp32 (reported, no target)",
+                    "value": f"{pk:.2f}x smaller" if pk else "n/a",
+                    "met": None,
+                }
+            )
     return targets
 
 
@@ -609,13 +778,23 @@ def _mb(b: int | None) -> str:
 def md_header(data: dict) -> str:
     a = data["args"]
     d = (data.get("device") or {}).get("device") or {}
-    lines = ["# Deployment study: Policies I-III at fp32, fp16, int8 and int8-dynamic in the loop", "",
-             f"`{data['command']}` - {data['date']}" + ("" if data["complete"] else " - **partial: the study did not finish**"),
-             "", f"Device: {d.get('cpu_model') or d.get('machine') or '?'} ({d.get('cores', '?')} cores), onnxruntime "
-             f"{d.get('onnxruntime_version', '?')}; {a['episodes']} seeded episodes per model and level (seeds "
-             f"{a['seed']}-{a['seed'] + a['episodes'] - 1}), levels {', '.join(a['levels'])}; every precision flies the same episodes."
-             + (f" Wall time {data['wall_s'] / 60:.1f} min" + (f" over {len(data['sessions'])} sessions (resumed)." if len(data["sessions"]) > 1 else ".")
-                if data.get("wall_s") else ""), ""]
+    lines = [
+        "# Deployment study: Policies I-III at fp32, fp16, int8 and int8-dynamic in the loop",
+        "",
+        f"`{data['command']}` - {data['date']}"
+        + ("" if data["complete"] else " - **partial: the study did not finish**"),
+        "",
+        f"Device: {d.get('cpu_model') or d.get('machine') or '?'} ({d.get('cores', '?')} cores), onnxruntime "
+        f"{d.get('onnxruntime_version', '?')}; {a['episodes']} seeded episodes per model and level (seeds "
+        f"{a['seed']}-{a['seed'] + a['episodes'] - 1}), levels {', '.join(a['levels'])}; every precision flies the same episodes."
+        + (
+            f" Wall time {data['wall_s'] / 60:.1f} min"
+            + (f" over {len(data['sessions'])} sessions (resumed)." if len(data["sessions"]) > 1 else ".")
+            if data.get("wall_s")
+            else ""
+        ),
+        "",
+    ]
     if d.get("int8_kernels"):
         from firmware_bridge.int8_kernels import Int8Kernels
 
@@ -623,15 +802,23 @@ def md_header(data: dict) -> str:
     if data.get("host_versions"):
         lines += [f"Host versions: {format_versions(data['host_versions'])}."]
         earlier = [x for x in data.get("sessions") or [] if x.get("host_versions") not in (None, data["host_versions"])]
-        lines += [f"An earlier session ({x['date']}) ran with: {format_versions(x['host_versions'])}." for x in earlier] + [""]
+        lines += [
+            f"An earlier session ({x['date']}) ran with: {format_versions(x['host_versions'])}." for x in earlier
+        ] + [""]
     if a["sim_only"]:
         p = data.get("profile") or {}
-        lines += [f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "
-                  f"process ({p.get('emulated')}). Every time below is this machine's, not a Raspberry Pi's; the only Pi "
-                  "figures are the roofline predictions, labelled \"predicted on Pi (roofline)\", from published bandwidth "
-                  "and throughput figures (hil/profiles.toml).", ""]
+        lines += [
+            f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "
+            f"process ({p.get('emulated')}). Every time below is this machine's, not a Raspberry Pi's; the only Pi "
+            'figures are the roofline predictions, labelled "predicted on Pi (roofline)", from published bandwidth '
+            "and throughput figures (hil/profiles.toml).",
+            "",
+        ]
     else:
-        lines += [f"Measured on the device at {a['host']}:{a['port']}: every time and memory figure is that device's.", ""]
+        lines += [
+            f"Measured on the device at {a['host']}:{a['port']}: every time and memory figure is that device's.",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -639,29 +826,41 @@ def md_results(data: dict) -> str:
     rows = data.get("rows") or []
     if not rows:
         return "## Results\n\nNo cell finished yet.\n"
-    out = ["## Results", "",
-           "Device inference: the timing pass (interleaved acts on recorded observations; microseconds) and, in brackets, the "
-           "closed loop's. Speed-up: fp32 timing-pass p50 / this model's. Paired difference: same episodes as fp32, "
-           "McNemar exact p. Memory: bridge process RSS at the end, peak RSS, the model's share (RSS growth on loading), "
-           "file size; ratio: fp32 / this (peak RSS and model share).", ""]
+    out = [
+        "## Results",
+        "",
+        "Device inference: the timing pass (interleaved acts on recorded observations; microseconds) and, in brackets, the "
+        "closed loop's. Speed-up: fp32 timing-pass p50 / this model's. Paired difference: same episodes as fp32, "
+        "McNemar exact p. Memory: bridge process RSS at the end, peak RSS, the model's share (RSS growth on loading), "
+        "file size; ratio: fp32 / this (peak RSS and model share).",
+        "",
+    ]
     for level in data["args"]["levels"]:
         lr = [r for r in rows if r["level"] == level]
         if not lr:
             continue
-        out += [f"### Level `{level}`", "",
-                "| policy | precision | infer p50 / p99 us (closed loop) | act Hz | success (95% CI) | vs fp32, paired | speed-up | "
-                "RSS / peak MB | model share MB | file MB | memory ratio (peak / model share) |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            f"### Level `{level}`",
+            "",
+            "| policy | precision | infer p50 / p99 us (closed loop) | act Hz | success (95% CI) | vs fp32, paired | speed-up | "
+            "RSS / peak MB | model share MB | file MB | memory ratio (peak / model share) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in lr:
             t, lo = r["timing_inference_us"] or {}, r["loop_inference_us"]
             d = r["paired_vs_fp32"]
-            pair = "-" if d is None else f"{d['diff'] * 100:+.1f} pts ({d['low'] * 100:+.1f}..{d['high'] * 100:+.1f}, p={d['mcnemar_p']:.2f})"
+            pair = (
+                "-"
+                if d is None
+                else f"{d['diff'] * 100:+.1f} pts ({d['low'] * 100:+.1f}..{d['high'] * 100:+.1f}, p={d['mcnemar_p']:.2f})"
+            )
             ci = r["success_ci95"]
             out.append(
                 f"| {_group_label(r['group'])} | {r['precision']} | {_us(t.get('p50'))} / {_us(t.get('p99'))} ({_us(lo['p50'])} / {_us(lo['p99'])}) | "
                 f"{r['actuation_hz']:,.0f} | {r['success_rate']:.1%} ({ci[0]:.1%}-{ci[1]:.1%}), {r['successes']}/{r['episodes']} | {pair} | "
                 f"{_x(r['speedup_vs_fp32'])} | {_mb(r['rss_bytes'])} / {_mb(r['peak_rss_bytes'])} | {_mb(r['model_rss_bytes'])} | "
-                f"{(r['model_bytes'] or 0) / 2**20:.2f} | {_x(r['peak_rss_ratio_vs_fp32'])} / {_x(r['model_rss_ratio_vs_fp32'])} |")
+                f"{(r['model_bytes'] or 0) / 2**20:.2f} | {_x(r['peak_rss_ratio_vs_fp32'])} / {_x(r['model_rss_ratio_vs_fp32'])} |"
+            )
         out.append("")
     return "\n".join(out)
 
@@ -670,13 +869,17 @@ def md_seed(data: dict) -> str:
     rows = data.get("rows") or []
     roof = {e["model"]: e for e in data.get("roofline") or []}
     level = data["args"]["levels"][0]
-    out = ["## Beside the seed's Table 4", "",
-           f"Seed: {SEED_SOURCE} (success on Air Learning's arena). Ours: level `{level}`, device inference p50 from the timing pass "
-           "(this machine unless run with --host), int8 = static int8; \"predicted on Pi 3B (roofline)\" only where the "
-           "roofline check agreed within 2x.", "",
-           "| policy | layers | seed fp32 ms | seed fp32 success | seed int8 ms | seed int8 success | seed speed-up | "
-           "ours fp32 ms | ours fp32 success | ours int8 ms | ours int8 success | ours speed-up | predicted on Pi 3B (roofline) fp32 / int8 ms (speed-up) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "## Beside the seed's Table 4",
+        "",
+        f"Seed: {SEED_SOURCE} (success on Air Learning's arena). Ours: level `{level}`, device inference p50 from the timing pass "
+        '(this machine unless run with --host), int8 = static int8; "predicted on Pi 3B (roofline)" only where the '
+        "roofline check agreed within 2x.",
+        "",
+        "| policy | layers | seed fp32 ms | seed fp32 success | seed int8 ms | seed int8 success | seed speed-up | "
+        "ours fp32 ms | ours fp32 success | ours int8 ms | ours int8 success | ours speed-up | predicted on Pi 3B (roofline) fp32 / int8 ms (speed-up) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for group, seed in SEED_TABLE.items():
         f = next((r for r in rows if r["group"] == group and r["level"] == level and r["precision"] == "fp32"), None)
         i = next((r for r in rows if r["group"] == group and r["level"] == level and r["precision"] == "int8"), None)
@@ -688,12 +891,16 @@ def md_seed(data: dict) -> str:
             return p["predicted_s"] if p and p["shown"] else None
 
         pf, pi8 = pi_s(f), pi_s(i)
-        predicted = f"{_ms(pf) if pf else 'n/a'} / {_ms(pi8) if pi8 else 'n/a'}" + (f" ({pf / pi8:.2f}x)" if pf and pi8 else "")
+        predicted = f"{_ms(pf) if pf else 'n/a'} / {_ms(pi8) if pi8 else 'n/a'}" + (
+            f" ({pf / pi8:.2f}x)" if pf and pi8 else ""
+        )
 
         ft, it = (f["timing_inference_us"] or {}).get("p50"), (i["timing_inference_us"] or {}).get("p50")
-        out.append(f"| {seed['name']} | {seed['layers']} | {seed['fp32_ms']} | {seed['fp32_success']:.0%} | {seed['int8_ms']} | "
-                   f"{seed['int8_success']:.0%} | {seed['speedup']}x | {_ms(ft / 1e6 if ft else None)} | {f['success_rate']:.1%} | "
-                   f"{_ms(it / 1e6 if it else None)} | {i['success_rate']:.1%} | {_x(i['speedup_vs_fp32'])} | {predicted} |")
+        out.append(
+            f"| {seed['name']} | {seed['layers']} | {seed['fp32_ms']} | {seed['fp32_success']:.0%} | {seed['int8_ms']} | "
+            f"{seed['int8_success']:.0%} | {seed['speedup']}x | {_ms(ft / 1e6 if ft else None)} | {f['success_rate']:.1%} | "
+            f"{_ms(it / 1e6 if it else None)} | {i['success_rate']:.1%} | {_x(i['speedup_vs_fp32'])} | {predicted} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -703,22 +910,34 @@ def md_roofline(data: dict) -> str:
         return ""
     boards = sorted({b for e in entries for b in e["predicted_on_pi"]})
     m = data.get("machine")
-    out = ["## Roofline", "",
-           "time >= weight bytes / bandwidth and >= ops / throughput (ops = 2 x multiply-adds, one per weight; fp32 "
-           "throughput for fp32 weights, int8 for int8; biases, activations, (de)quantisation and per-operator runtime cost "
-           "not counted). Predicted = the larger bound. A Pi prediction is shown only where the prediction for the "
-           "machine that ran the timing pass agrees with its measured p50 within 2x.", ""]
+    out = [
+        "## Roofline",
+        "",
+        "time >= weight bytes / bandwidth and >= ops / throughput (ops = 2 x multiply-adds, one per weight; fp32 "
+        "throughput for fp32 weights, int8 for int8; biases, activations, (de)quantisation and per-operator runtime cost "
+        "not counted). Predicted = the larger bound. A Pi prediction is shown only where the prediction for the "
+        "machine that ran the timing pass agrees with its measured p50 within 2x.",
+        "",
+    ]
     if m:
-        bw = ", ".join(f"{int(k) / 1e6:.2f} MB: {v:.1f}" for k, v in sorted(m["bandwidth_gbs"].items(), key=lambda kv: int(kv[0])))
+        bw = ", ".join(
+            f"{int(k) / 1e6:.2f} MB: {v:.1f}" for k, v in sorted(m["bandwidth_gbs"].items(), key=lambda kv: int(kv[0]))
+        )
         tp = m["throughput_gops"]
-        out += [f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
-                f"DRAM ({m['dram_bytes'] // 2**20} MB) {m['dram_bandwidth_gbs']:.1f} GB/s. Matrix-product throughput "
-                f"(onnxruntime, one thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s.", ""]
+        out += [
+            f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
+            f"DRAM ({m['dram_bytes'] // 2**20} MB) {m['dram_bandwidth_gbs']:.1f} GB/s. Matrix-product throughput "
+            f"(onnxruntime, one thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s.",
+            "",
+        ]
     where = next((e["check"]["where"] for e in entries if e["check"]), None)
     if where:
         out += [f"Check against {where}: predicted us from its figures, measured = its timing-pass p50.", ""]
-    head = "| model | weight MB | Mop | predicted us (bound) | measured p50 us | measured / predicted | agrees (2x) | " + \
-        " | ".join(f"predicted on Pi ({b}) (roofline) ms" for b in boards) + " |"
+    head = (
+        "| model | weight MB | Mop | predicted us (bound) | measured p50 us | measured / predicted | agrees (2x) | "
+        + " | ".join(f"predicted on Pi ({b}) (roofline) ms" for b in boards)
+        + " |"
+    )
     out += [head, "|" + "---|" * (7 + len(boards))]
     for e in entries:
         c = e["check"] or {}
@@ -726,24 +945,33 @@ def md_roofline(data: dict) -> str:
         for b in boards:
             p = e["predicted_on_pi"][b]
             if p["shown"]:
-                preds.append(f"{_ms(p['predicted_s'])} ({p['bound_by']}{', fits in cache' if p['fits_in_cache'] else ''})")
+                preds.append(
+                    f"{_ms(p['predicted_s'])} ({p['bound_by']}{', fits in cache' if p['fits_in_cache'] else ''})"
+                )
             elif p["missing"]:
                 preds.append("no figure: " + ", ".join(p["missing"]))
             else:
                 preds.append("not shown (check failed)" if c else "not shown (no check)")
-        out.append(f"| {Path(e['model']).stem} | {e['cost']['weight_bytes'] / 1e6:.2f} | {e['cost']['ops'] / 1e6:.2f} | "
-                   f"{_us(c['predicted_s'] * 1e6) if c.get('predicted_s') else '-'} ({c.get('bound_by') or '-'}) | "
-                   f"{_us(c['measured_s'] * 1e6) if c.get('measured_s') else '-'} | {_x(c.get('measured_over_predicted'))} | "
-                   f"{'yes' if c.get('agrees') else 'no'} | " + " | ".join(preds) + " |")
+        out.append(
+            f"| {Path(e['model']).stem} | {e['cost']['weight_bytes'] / 1e6:.2f} | {e['cost']['ops'] / 1e6:.2f} | "
+            f"{_us(c['predicted_s'] * 1e6) if c.get('predicted_s') else '-'} ({c.get('bound_by') or '-'}) | "
+            f"{_us(c['measured_s'] * 1e6) if c.get('measured_s') else '-'} | {_x(c.get('measured_over_predicted'))} | "
+            f"{'yes' if c.get('agrees') else 'no'} | " + " | ".join(preds) + " |"
+        )
     out.append("")
     out += ["Pi figures and their sources (hil/profiles.toml):", ""]
     for name, p in load_profiles().items():
         if not p.has_roofline():
             continue
-        out.append(f"- **{name}**: DRAM {p.memory_bandwidth_gbs} GB/s, fp32 {p.compute_gflops} Gop/s, int8 "
-                   f"{p.int8_gops if p.int8_gops else 'none'} Gop/s, cache {p.cache_kb} KB. Sources: "
-                   + " / ".join(" ".join(getattr(p, k).split()) for k in ("memory_bandwidth_source", "compute_source",
-                                                                            "int8_source", "cache_source") if getattr(p, k)))
+        out.append(
+            f"- **{name}**: DRAM {p.memory_bandwidth_gbs} GB/s, fp32 {p.compute_gflops} Gop/s, int8 "
+            f"{p.int8_gops if p.int8_gops else 'none'} Gop/s, cache {p.cache_kb} KB. Sources: "
+            + " / ".join(
+                " ".join(getattr(p, k).split())
+                for k in ("memory_bandwidth_source", "compute_source", "int8_source", "cache_source")
+                if getattr(p, k)
+            )
+        )
     return "\n".join(out) + "\n"
 
 
@@ -753,21 +981,32 @@ def md_targets(data: dict) -> str:
         return ""
     out = ["## Targets (measured in this run)", "", "| target | measured | met |", "|---|---|---|"]
     for t in targets:
-        out.append(f"| {t['target']} | {t['value']} | {'-' if t['met'] is None else ('yes' if t['met'] else '**no**')} |")
+        out.append(
+            f"| {t['target']} | {t['value']} | {'-' if t['met'] is None else ('yes' if t['met'] else '**no**')} |"
+        )
     return "\n".join(out) + "\n"
 
 
 def md_files(data: dict) -> str:
-    return ("## Files\n\nstudy.json (everything above, per-episode outcomes included), latency.png (device inference by "
-            "policy and precision), memory_over_time.png (bridge memory over each run, like the seed's Figure 4), "
-            "success.png (success with Wilson 95% intervals); cells/LEVEL/GROUP/ holds each closed loop's hil.run "
-            "report and run log, timing/ the timing passes, machine.json this machine's roofline figures; with the memory "
-            "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (hil.memfit's "
-            "memfit.json, memfit.md and plot per part).\n")
+    return (
+        "## Files\n\nstudy.json (everything above, per-episode outcomes included), latency.png (device inference by "
+        "policy and precision), memory_over_time.png (bridge memory over each run, like the seed's Figure 4), "
+        "success.png (success with Wilson 95% intervals); cells/LEVEL/GROUP/ holds each closed loop's hil.run "
+        "report and run log, timing/ the timing passes, machine.json this machine's roofline figures; with the memory "
+        "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (hil.memfit's "
+        "memfit.json, memfit.md and plot per part).\n"
+    )
 
 
-MARKDOWN_SECTIONS: list[Callable[[dict], str]] = [md_header, md_results, md_seed, md_roofline, study_memory.md_memory,
-                                                  md_targets, md_files]
+MARKDOWN_SECTIONS: list[Callable[[dict], str]] = [
+    md_header,
+    md_results,
+    md_seed,
+    md_roofline,
+    study_memory.md_memory,
+    md_targets,
+    md_files,
+]
 
 
 def render_markdown(data: dict) -> str:
@@ -801,7 +1040,9 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
                 p99.append(r["timing_inference_us"]["p99"])
         if xs:
             ax.bar(xs, p50, width, color=colors[prec], label=prec)
-            ax.errorbar(xs, p50, yerr=[np.zeros(len(p50)), np.asarray(p99) - np.asarray(p50)], fmt="none", ecolor="k", capsize=2)
+            ax.errorbar(
+                xs, p50, yerr=[np.zeros(len(p50)), np.asarray(p99) - np.asarray(p50)], fmt="none", ecolor="k", capsize=2
+            )
     ax.set_xticks(range(len(names)), [_group_label(g) for g in names])
     ax.set_yscale("log")
     ax.set_ylabel("device inference, microseconds (bar p50, whisker p99)")
@@ -830,8 +1071,14 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
         lr = [r for r in rows if r["level"] == level]
         for i, r in enumerate(lr):
             lo, hi = r["success_ci95"]
-            ax.errorbar([i], [r["success_rate"] * 100], yerr=[[max(0.0, r["success_rate"] - lo) * 100], [max(0.0, hi - r["success_rate"]) * 100]],
-                        fmt="o", color=colors[r["precision"]], capsize=3)
+            ax.errorbar(
+                [i],
+                [r["success_rate"] * 100],
+                yerr=[[max(0.0, r["success_rate"] - lo) * 100], [max(0.0, hi - r["success_rate"]) * 100]],
+                fmt="o",
+                color=colors[r["precision"]],
+                capsize=3,
+            )
         ax.set_xticks(range(len(lr)), [f"{_group_label(r['group'])}\n{r['precision']}" for r in lr], fontsize=6)
         ax.set_ylabel("success %, Wilson 95% interval")
         ax.set_title(f"Success on {level}")
@@ -870,7 +1117,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILURE
     except KeyboardInterrupt:
         _save_partial(study)
-        print(f"interrupted: finished cells are kept in {args.out}; run the same command again to continue", file=sys.stderr)
+        print(
+            f"interrupted: finished cells are kept in {args.out}; run the same command again to continue",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
 
 

@@ -21,6 +21,7 @@ Without root or a memory cgroup controller the stage records "skipped: <reason>"
 With ``--host`` no cgroup can be put around the Pi's process: the device's own RAM is the experiment,
 so the section reports the device's total RAM (its hello) and each model's RSS from the closed loops.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -92,10 +93,20 @@ def resolve_plan(args, profile) -> dict[str, Any] | None:
         limits.append([mem, swap])
     if len({tuple(x) for x in limits}) != len(limits):
         raise UserError(f"--memory-limits lists a limit twice: {specs}")
-    return {"mode": "cgroup", "source": str(args.memory_source), "camera": f"{camera[0]}x{camera[1]}", "limits": limits,
-            "swap_mb": max(s for _, s in limits), "episodes": args.memory_episodes, "thrash_acts": args.memory_thrash_acts,
-            "calibration_episodes": args.memory_calibration_episodes, "heldout_episodes": HELDOUT_EPISODES,
-            "cache": str(args.memory_cache), "seed": args.seed, "level": "default"}
+    return {
+        "mode": "cgroup",
+        "source": str(args.memory_source),
+        "camera": f"{camera[0]}x{camera[1]}",
+        "limits": limits,
+        "swap_mb": max(s for _, s in limits),
+        "episodes": args.memory_episodes,
+        "thrash_acts": args.memory_thrash_acts,
+        "calibration_episodes": args.memory_calibration_episodes,
+        "heldout_episodes": HELDOUT_EPISODES,
+        "cache": str(args.memory_cache),
+        "seed": args.seed,
+        "level": "default",
+    }
 
 
 HELDOUT_EPISODES = 10  # quantize's held-out agreement check of the int8 (stored in its metadata)
@@ -135,7 +146,9 @@ INT8_RECIPE_ARGS = ("--scheme", "u8s7", "--no-per-channel", "--no-float-split-su
 INT8_RECIPE_METADATA = {"airq.quant.scheme": "u8s7", "airq.quant.per_channel": "false"}
 
 
-def cached_ok(fp32: Path, int8: Path, source_sha: str, camera: str, calibration_episodes: int) -> tuple[bool, bool, str | None]:
+def cached_ok(
+    fp32: Path, int8: Path, source_sha: str, camera: str, calibration_episodes: int
+) -> tuple[bool, bool, str | None]:
     """(fp32 reusable, int8 reusable, fp32 sha256): each is reusable when its metadata names its source
     by the sha256 it was built from (and, for the int8, the calibration asked for and the recipe)."""
     from hil.memfit import MemfitError, read_onnx_metadata
@@ -152,9 +165,12 @@ def cached_ok(fp32: Path, int8: Path, source_sha: str, camera: str, calibration_
         return False, False, None
     sha32 = sha256_file(fp32)
     m8 = meta(int8)
-    ok8 = bool(m8 and m8.get("airq.quant.source_sha256") == sha32
-               and (m8.get("airq.quant.calibration_episodes") or "").split(" ")[0] == str(calibration_episodes)
-               and all(m8.get(k) == v for k, v in INT8_RECIPE_METADATA.items()))
+    ok8 = bool(
+        m8
+        and m8.get("airq.quant.source_sha256") == sha32
+        and (m8.get("airq.quant.calibration_episodes") or "").split(" ")[0] == str(calibration_episodes)
+        and all(m8.get(k) == v for k, v in INT8_RECIPE_METADATA.items())
+    )
     return True, ok8, sha32
 
 
@@ -193,17 +209,37 @@ def build_models(plan: dict, say) -> dict[str, Any]:
         info["int8"] = {"reused": True, "build_s": None}
         say(f"memory stage: reusing {int8} (static int8 of {fp32.name}, sha256 {sha32[:12]})")
     else:
-        say(f"memory stage: static int8 of {fp32.name}, calibrated on {plan['calibration_episodes']} episodes at {plan['camera']}")
-        info["int8"] = _build(int8, ["quantize", "ptq", str(fp32), "--to", "int8", *INT8_RECIPE_ARGS,
-                                     "--calibration-episodes", str(plan["calibration_episodes"]),
-                                     "--heldout-episodes", str(plan["heldout_episodes"])], "quantize ptq")
+        say(
+            f"memory stage: static int8 of {fp32.name}, calibrated on {plan['calibration_episodes']} episodes at {plan['camera']}"
+        )
+        info["int8"] = _build(
+            int8,
+            [
+                "quantize",
+                "ptq",
+                str(fp32),
+                "--to",
+                "int8",
+                *INT8_RECIPE_ARGS,
+                "--calibration-episodes",
+                str(plan["calibration_episodes"]),
+                "--heldout-episodes",
+                str(plan["heldout_episodes"]),
+            ],
+            "quantize ptq",
+        )
     m8 = read_onnx_metadata(int8)
     info["fp32"] |= {"path": str(fp32), "sha256": sha32, "bytes": fp32.stat().st_size}
     agreement = m8.get("airq.quant.heldout_agreement")
-    info["int8"] |= {"path": str(int8), "bytes": int8.stat().st_size, "source_sha256": m8.get("airq.quant.source_sha256"),
-                     "calibration": m8.get("airq.quant.calibration_episodes"), "method": m8.get("airq.quant.method"),
-                     "heldout_agreement": float(agreement) if agreement else None,
-                     "heldout_samples": m8.get("airq.quant.heldout_samples")}
+    info["int8"] |= {
+        "path": str(int8),
+        "bytes": int8.stat().st_size,
+        "source_sha256": m8.get("airq.quant.source_sha256"),
+        "calibration": m8.get("airq.quant.calibration_episodes"),
+        "method": m8.get("airq.quant.method"),
+        "heldout_agreement": float(agreement) if agreement else None,
+        "heldout_samples": m8.get("airq.quant.heldout_samples"),
+    }
     return info
 
 
@@ -220,10 +256,20 @@ def plan_parts(models: list[tuple[str, int]], limits: list[list[int]], episodes:
         fits = [lim for lim in limits if lim[0] * MB > size]
         below = [lim for lim in limits if lim[0] * MB <= size]
         if fits:
-            parts.append({"name": stem, "model": path, "limits": fits, "baseline": True, "episodes": episodes, "max_steps": None})
+            parts.append(
+                {"name": stem, "model": path, "limits": fits, "baseline": True, "episodes": episodes, "max_steps": None}
+            )
         if below:  # with no limit above the weights, the baseline flies the same short episode
-            parts.append({"name": f"{stem}_below_weights", "model": path, "limits": below, "baseline": not fits, "episodes": 1,
-                          "max_steps": thrash_acts})
+            parts.append(
+                {
+                    "name": f"{stem}_below_weights",
+                    "model": path,
+                    "limits": below,
+                    "baseline": not fits,
+                    "episodes": 1,
+                    "max_steps": thrash_acts,
+                }
+            )
     return parts
 
 
@@ -233,9 +279,14 @@ def _part_done(path: Path, part: dict, seed: int) -> list[dict] | None:
     except (OSError, ValueError):
         return None
     c = result.get("config") or {}
-    same = (c.get("models") == [part["model"]] and [list(x) for x in result.get("limits") or []] == part["limits"]
-            and c.get("episodes") == part["episodes"] and c.get("max_steps") == part["max_steps"]
-            and c.get("baseline") == part["baseline"] and c.get("seed") == seed)
+    same = (
+        c.get("models") == [part["model"]]
+        and [list(x) for x in result.get("limits") or []] == part["limits"]
+        and c.get("episodes") == part["episodes"]
+        and c.get("max_steps") == part["max_steps"]
+        and c.get("baseline") == part["baseline"]
+        and c.get("seed") == seed
+    )
     return result["rows"] if same else None
 
 
@@ -285,15 +336,32 @@ def run_stage(study) -> None:
                 study.say(f"memory stage [{k}/{len(parts)}] {part['name']}: already done")
                 continue
             lims = ", ".join(f"{m} MB + {s} MB swap" for m, s in part["limits"])
-            study.say(f"memory stage [{k}/{len(parts)}] {part['name']}: " + ("unconstrained" + (", " if lims else "") if part["baseline"] else "")
-                      + lims + (f"; {part['episodes']} episodes" if part["max_steps"] is None else f"; {part['max_steps']} acts (limit at or below the weights)"))
+            study.say(
+                f"memory stage [{k}/{len(parts)}] {part['name']}: "
+                + ("unconstrained" + (", " if lims else "") if part["baseline"] else "")
+                + lims
+                + (
+                    f"; {part['episodes']} episodes"
+                    if part["max_steps"] is None
+                    else f"; {part['max_steps']} acts (limit at or below the weights)"
+                )
+            )
             study.measured_anything = ran = True
             try:
                 part["rows"] = run_memory_fit(
-                    [part["model"]], memory_mb=[f"{m}:{s}" for m, s in part["limits"]],
-                    swap_mb=plan["swap_mb"], episodes=part["episodes"], seed=plan["seed"], out_dir=root / part["name"],
-                    level=plan["level"], baseline=part["baseline"], max_steps=part["max_steps"],
-                    time_budget_s=TIME_BUDGET_S, load_timeout_s=LOAD_TIMEOUT_S, make_swap=False)
+                    [part["model"]],
+                    memory_mb=[f"{m}:{s}" for m, s in part["limits"]],
+                    swap_mb=plan["swap_mb"],
+                    episodes=part["episodes"],
+                    seed=plan["seed"],
+                    out_dir=root / part["name"],
+                    level=plan["level"],
+                    baseline=part["baseline"],
+                    max_steps=part["max_steps"],
+                    time_budget_s=TIME_BUDGET_S,
+                    load_timeout_s=LOAD_TIMEOUT_S,
+                    make_swap=False,
+                )
             except MemfitError as e:
                 raise UserError(f"memory stage: {e}") from None
             mem["rows"] = _collect(parts, _add_ratios)
@@ -302,21 +370,37 @@ def run_stage(study) -> None:
         if swap is not None:
             swap.close()
     written = plot_memory([r for part in parts for r in part["rows"]], study.out / "memory_fit_over_time.png")
-    mem.update(status="done", rows=_collect(parts, _add_ratios), swap=swap_info | {"active_during_mb": None if swap is None else plan["swap_mb"]},
-               plot=written.name if written else None, parts={p["name"]: str(root / p["name"]) for p in parts})
+    mem.update(
+        status="done",
+        rows=_collect(parts, _add_ratios),
+        swap=swap_info | {"active_during_mb": None if swap is None else plan["swap_mb"]},
+        plot=written.name if written else None,
+        parts={p["name"]: str(root / p["name"]) for p in parts},
+    )
     # the stage's own wall time, from the session that ran its parts (a re-render keeps it)
     stage_file = root / "stage.json"
     if ran:
-        measured = {"wall_s": time.monotonic() - t0, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "code": _code_version(),
-                    "build_s": {p: mem["models"][p]["build_s"] for p in ("fp32", "int8")}}
+        measured = {
+            "wall_s": time.monotonic() - t0,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "code": _code_version(),
+            "build_s": {p: mem["models"][p]["build_s"] for p in ("fp32", "int8")},
+        }
         write_atomic(stage_file, json.dumps(measured, indent=1).encode())
     else:
         try:
             measured = json.loads(stage_file.read_text())
         except (OSError, ValueError):  # a study from before stage.json: what its own session recorded
             old = (getattr(study, "previous", None) or {}).get("memory") or {}
-            measured = old.get("measured") or ({"wall_s": None, "date": None, "build_s": {
-                p: (old["models"].get(p) or {}).get("build_s") for p in ("fp32", "int8")}} if old.get("models") else None)
+            measured = old.get("measured") or (
+                {
+                    "wall_s": None,
+                    "date": None,
+                    "build_s": {p: (old["models"].get(p) or {}).get("build_s") for p in ("fp32", "int8")},
+                }
+                if old.get("models")
+                else None
+            )
     mem["measured"] = measured
     study.say("memory stage done: " + "; ".join(f"{r['name']} {_condition(r)}: {verdict(r)}" for r in mem["rows"]))
 
@@ -325,9 +409,16 @@ def _code_version() -> str | None:
     """The commit that measured, "+modified" when the bridge or hil.memfit/memlimit differ from it (the
     bridge's loading decides the peak RSS)."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "firmware_bridge", "hil/memfit.py", "hil/memlimit.py"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "firmware_bridge", "hil/memfit.py", "hil/memlimit.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
@@ -354,7 +445,9 @@ def _collect(parts: list[dict], add_ratios) -> list[dict]:
 def _condition(r: dict) -> str:
     if r.get("condition") == "unconstrained":
         return "unconstrained"
-    return f"{r['memory_limit_mb']} MB RAM" + (f" + {r['swap_limit_mb']} MB swap" if r.get("swap_limit_mb") else ", no swap")
+    return f"{r['memory_limit_mb']} MB RAM" + (
+        f" + {r['swap_limit_mb']} MB swap" if r.get("swap_limit_mb") else ", no swap"
+    )
 
 
 def classify(r: dict) -> str:
@@ -382,10 +475,14 @@ def verdict(r: dict) -> str:
         "failed": lambda: f"loaded, then failed: {str(r.get('error', '?'))[:80]}",
         "baseline": lambda: "baseline",
         "thrashes": lambda: f"thrashes: inference {v['infer_p50_ms']:,.0f}x slower than unconstrained",
-        "swapped": lambda: f"fits after swapping out {(r.get('swap_max_bytes') or 0) / MB:,.0f} MB"
-                           + (f" (loading {v['load_s']:.1f}x slower)" if (v.get("load_s") or 0) >= 1.5 else "")
-                           + (f", inference {v['infer_p50_ms']:.2f}x unconstrained" if v.get("infer_p50_ms") else ""),
-        "fits": lambda: "fits" + (f": inference {v['infer_p50_ms']:.2f}x unconstrained" if v.get("infer_p50_ms") else ""),
+        "swapped": lambda: (
+            f"fits after swapping out {(r.get('swap_max_bytes') or 0) / MB:,.0f} MB"
+            + (f" (loading {v['load_s']:.1f}x slower)" if (v.get("load_s") or 0) >= 1.5 else "")
+            + (f", inference {v['infer_p50_ms']:.2f}x unconstrained" if v.get("infer_p50_ms") else "")
+        ),
+        "fits": lambda: (
+            "fits" + (f": inference {v['infer_p50_ms']:.2f}x unconstrained" if v.get("infer_p50_ms") else "")
+        ),
     }[kind]()
 
 
@@ -402,19 +499,27 @@ def md_memory(data: dict) -> str:
     if not mem:
         return ""
     prof = (data.get("profile") or {}).get("name")
-    title = "## Does it fit in a Pi 3b's memory?" if prof == "pi3b" or mem.get("status") == "device" else \
-        f"## Does it fit in {prof or 'a small device'}'s memory?"
+    title = (
+        "## Does it fit in a Pi 3b's memory?"
+        if prof == "pi3b" or mem.get("status") == "device"
+        else f"## Does it fit in {prof or 'a small device'}'s memory?"
+    )
     if mem["status"] == "device":
         return _md_device(data, title)
     plan = mem["plan"]
     limits = ", ".join(f"{m} MB" + (f" + {s} MB swap" if s else " without swap") for m, s in plan["limits"])
-    out = [title, "",
-           f"The seed's fp32 Policies II and III exceeded the Pi 3b's RAM and swapped. Our policies see a 32 x 32 image and fit any "
-           f"Pi, so this stage rebuilds the seed's situation: `{Path(plan['source']).name}` widened (`policies.widen`, first layer "
-           f"composed with an area-resampling operator, no retraining) to a {plan['camera']} depth image"
-           + (" (Air Learning's)" if plan["camera"] == "144x256" else "") + ", and its "
-           f"static int8, each flown in the closed loop (`hil.memfit`) unconstrained and under RAM limits of {limits} (a memory "
-           "cgroup around a fresh bridge process, one onnxruntime thread, pinned to one core).", ""]
+    out = [
+        title,
+        "",
+        f"The seed's fp32 Policies II and III exceeded the Pi 3b's RAM and swapped. Our policies see a 32 x 32 image and fit any "
+        f"Pi, so this stage rebuilds the seed's situation: `{Path(plan['source']).name}` widened (`policies.widen`, first layer "
+        f"composed with an area-resampling operator, no retraining) to a {plan['camera']} depth image"
+        + (" (Air Learning's)" if plan["camera"] == "144x256" else "")
+        + ", and its "
+        f"static int8, each flown in the closed loop (`hil.memfit`) unconstrained and under RAM limits of {limits} (a memory "
+        "cgroup around a fresh bridge process, one onnxruntime thread, pinned to one core).",
+        "",
+    ]
     if mem["status"] == "skipped":
         return "\n".join(out + [f"**skipped: {mem['reason']}**", ""])
     if mem["status"] != "done" and not mem.get("rows"):
@@ -422,43 +527,70 @@ def md_memory(data: dict) -> str:
     models = mem.get("models") or {}
     m32, m8 = models.get("fp32") or {}, models.get("int8") or {}
     measured = mem.get("measured")
-    built_in = {p: ((measured or {}).get("build_s") or {}).get(p) or (models.get(p) or {}).get("build_s") for p in ("fp32", "int8")}
+    built_in = {
+        p: ((measured or {}).get("build_s") or {}).get(p) or (models.get(p) or {}).get("build_s")
+        for p in ("fp32", "int8")
+    }
     if m32:
         agree = m8.get("heldout_agreement")
-        out += [f"Models: `{Path(m32['path']).name}` {m32['bytes'] / 1e6:,.1f} MB (sha256 {m32['sha256'][:12]}, "
-                + (f"built in {built_in['fp32']:.0f} s" if built_in["fp32"] else "from the cache") + f"); `{Path(m8['path']).name}` "
-                f"{m8['bytes'] / 1e6:,.1f} MB, calibrated on {str(m8.get('calibration')).replace(' per level', ' episodes per level')} at {plan['camera']}"
-                + (f", held-out action agreement with its fp32 {agree:.2%} over {m8.get('heldout_samples')} observations" if agree else "")
-                + (f", built in {built_in['int8']:.0f} s" if built_in["int8"] else ", from the cache") + ".", ""]
+        out += [
+            f"Models: `{Path(m32['path']).name}` {m32['bytes'] / 1e6:,.1f} MB (sha256 {m32['sha256'][:12]}, "
+            + (f"built in {built_in['fp32']:.0f} s" if built_in["fp32"] else "from the cache")
+            + f"); `{Path(m8['path']).name}` "
+            f"{m8['bytes'] / 1e6:,.1f} MB, calibrated on {str(m8.get('calibration')).replace(' per level', ' episodes per level')} at {plan['camera']}"
+            + (
+                f", held-out action agreement with its fp32 {agree:.2%} over {m8.get('heldout_samples')} observations"
+                if agree
+                else ""
+            )
+            + (f", built in {built_in['int8']:.0f} s" if built_in["int8"] else ", from the cache")
+            + ".",
+            "",
+        ]
     if measured and measured.get("wall_s"):
         built = sum(v or 0 for v in measured["build_s"].values())
-        out += [f"Stage wall time: {measured['wall_s'] / 60:.1f} min ({measured['date']})"
-                + (f", of which {built:.0f} s building the models" if built else ", models from the cache")
-                + (f"; code {measured['code']}" if measured.get("code") else "") + ".", ""]
-    out += [f"{plan['episodes']} seeded episode(s) per run (seeds {plan['seed']}-{plan['seed'] + plan['episodes'] - 1}, level "
-            f"`{plan['level']}`, lockstep loop); a limit at or below a model's weight bytes gets one episode cut at "
-            f"{plan['thrash_acts']} acts (each act pages the weights back in). \"acts > 80 ms\": share of acts that would miss a "
-            "10 Hz control period's deadline. Major faults: whole run (during loading). " + _swap_line(mem.get("swap"), plan["swap_mb"]), "",
-            "| model | condition | " + " | ".join(TABLE_COLUMNS) + " | episodes | reading |",
-            "|---" * (len(TABLE_COLUMNS) + 4) + "|"]
+        out += [
+            f"Stage wall time: {measured['wall_s'] / 60:.1f} min ({measured['date']})"
+            + (f", of which {built:.0f} s building the models" if built else ", models from the cache")
+            + (f"; code {measured['code']}" if measured.get("code") else "")
+            + ".",
+            "",
+        ]
+    out += [
+        f"{plan['episodes']} seeded episode(s) per run (seeds {plan['seed']}-{plan['seed'] + plan['episodes'] - 1}, level "
+        f"`{plan['level']}`, lockstep loop); a limit at or below a model's weight bytes gets one episode cut at "
+        f'{plan["thrash_acts"]} acts (each act pages the weights back in). "acts > 80 ms": share of acts that would miss a '
+        "10 Hz control period's deadline. Major faults: whole run (during loading). "
+        + _swap_line(mem.get("swap"), plan["swap_mb"]),
+        "",
+        "| model | condition | " + " | ".join(TABLE_COLUMNS) + " | episodes | reading |",
+        "|---" * (len(TABLE_COLUMNS) + 4) + "|",
+    ]
     for r in mem.get("rows") or []:
         if r.get("skipped") or not r.get("loaded") or not r.get("flown"):
             eps = "-"
         else:
-            eps = (f"{r['steps']} acts (cut)" if r.get("cut_at_acts") else f"{r['success']}/{r['episodes']} succeeded") \
-                + (" (time budget)" if r.get("time_budget_hit") else "")
+            eps = (
+                f"{r['steps']} acts (cut)" if r.get("cut_at_acts") else f"{r['success']}/{r['episodes']} succeeded"
+            ) + (" (time budget)" if r.get("time_budget_hit") else "")
         out.append(table_row(r, r["name"], _condition(r), [eps, verdict(r)]))
-    out += ["", *reading(mem), "",
-            "**What is emulated, what is not.** Emulated: the RAM size (the cgroup caps the bridge's resident memory, anonymous "
-            "and page cache, as a Pi's RAM does; above it the kernel reclaims and swaps inside the cgroup). Not emulated: a Pi's "
-            "CPU, caches and memory bandwidth (every time here is this machine's), and its swap device: swap here is a file on "
-            "this VM's fast virtual disk, far faster than a Pi's SD card, so **every slowdown here is a lower bound**. Shared "
-            "libraries (Python, numpy, onnxruntime) that the host process had already read are charged to the host's cgroup, "
-            "not the bridge's, so each limit is about 40 MB generous"
-            + ("; the OS's own share of a Pi's 1 GB is left out by using 900 MB" if prof == "pi3b" else "")
-            + ". The host side (simulator) is not limited.", "",
-            f"Plot: {mem.get('plot') or 'memory_fit_over_time.png'} (cgroup RAM, swap and the bridge's RSS over each run). Per run: "
-            "memory/PART/memfit.json (with the time series) and memfit.md.", ""]
+    out += [
+        "",
+        *reading(mem),
+        "",
+        "**What is emulated, what is not.** Emulated: the RAM size (the cgroup caps the bridge's resident memory, anonymous "
+        "and page cache, as a Pi's RAM does; above it the kernel reclaims and swaps inside the cgroup). Not emulated: a Pi's "
+        "CPU, caches and memory bandwidth (every time here is this machine's), and its swap device: swap here is a file on "
+        "this VM's fast virtual disk, far faster than a Pi's SD card, so **every slowdown here is a lower bound**. Shared "
+        "libraries (Python, numpy, onnxruntime) that the host process had already read are charged to the host's cgroup, "
+        "not the bridge's, so each limit is about 40 MB generous"
+        + ("; the OS's own share of a Pi's 1 GB is left out by using 900 MB" if prof == "pi3b" else "")
+        + ". The host side (simulator) is not limited.",
+        "",
+        f"Plot: {mem.get('plot') or 'memory_fit_over_time.png'} (cgroup RAM, swap and the bridge's RSS over each run). Per run: "
+        "memory/PART/memfit.json (with the time series) and memfit.md.",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -488,12 +620,16 @@ def reading(mem: dict) -> list[str]:
         base = next((r for r in rs if r.get("condition") == "unconstrained" and r.get("flown")), None)
         parts = []
         if base:
-            parts.append(f"unconstrained it peaks at {_mb(base.get('peak_rss_bytes'))} MB RSS ({_mb(base.get('rss_bytes'))} MB "
-                         f"at the end), inference p50 {_f(base.get('infer_p50_ms'))} ms")
+            parts.append(
+                f"unconstrained it peaks at {_mb(base.get('peak_rss_bytes'))} MB RSS ({_mb(base.get('rss_bytes'))} MB "
+                f"at the end), inference p50 {_f(base.get('infer_p50_ms'))} ms"
+            )
         for r in rs:
             if r is base:
                 continue
-            parts.append(f"{_condition(r)}: {verdict(r)}" + (f" (p50 {_f(r.get('infer_p50_ms'))} ms)" if r.get("flown") else ""))
+            parts.append(
+                f"{_condition(r)}: {verdict(r)}" + (f" (p50 {_f(r.get('infer_p50_ms'))} ms)" if r.get("flown") else "")
+            )
         if parts:
             lines.append(f"- **{prec}** (`{Path(path).name}`): " + "; ".join(parts) + ".")
     f32 = by.get((models.get("fp32") or {}).get("path")) or []
@@ -501,39 +637,67 @@ def reading(mem: dict) -> list[str]:
     lost = [r for r in f32 if classify(r) in ("oom", "no-load", "failed", "thrashes")]
     kept = [r for r in i8 if classify(r) in ("fits", "swapped")]
     if f32 and i8:
-        slows = [r["vs_unconstrained"]["infer_p50_ms"] for r in kept if (r.get("vs_unconstrained") or {}).get("infer_p50_ms")]
-        lines.append(f"- Under the limits tried, fp32 fails to load or thrashes in {len(lost)} of "
-                     f"{sum(r.get('condition') == 'constrained' for r in f32)} runs; int8 loads and runs within {THRASH_RATIO:g}x of its "
-                     f"unconstrained inference time in {len(kept)} of {sum(r.get('condition') == 'constrained' for r in i8)}"
-                     + (f" (measured {min(slows):.2f}-{max(slows):.2f}x; this shared VM's noise is of that order)" if slows else "") + ".")
+        slows = [
+            r["vs_unconstrained"]["infer_p50_ms"] for r in kept if (r.get("vs_unconstrained") or {}).get("infer_p50_ms")
+        ]
+        lines.append(
+            f"- Under the limits tried, fp32 fails to load or thrashes in {len(lost)} of "
+            f"{sum(r.get('condition') == 'constrained' for r in f32)} runs; int8 loads and runs within {THRASH_RATIO:g}x of its "
+            f"unconstrained inference time in {len(kept)} of {sum(r.get('condition') == 'constrained' for r in i8)}"
+            + (
+                f" (measured {min(slows):.2f}-{max(slows):.2f}x; this shared VM's noise is of that order)"
+                if slows
+                else ""
+            )
+            + "."
+        )
         pairs = []
         for r in f32:
             if r.get("condition") != "constrained":
                 continue
-            q = next((x for x in i8 if x.get("condition") == "constrained" and x.get("memory_limit_mb") == r.get("memory_limit_mb")
-                      and x.get("swap_limit_mb") == r.get("swap_limit_mb")), None)
+            q = next(
+                (
+                    x
+                    for x in i8
+                    if x.get("condition") == "constrained"
+                    and x.get("memory_limit_mb") == r.get("memory_limit_mb")
+                    and x.get("swap_limit_mb") == r.get("swap_limit_mb")
+                ),
+                None,
+            )
             if q is None or not q.get("flown"):
                 continue
             if r.get("flown") and r.get("infer_p50_ms") and q.get("infer_p50_ms"):
-                pairs.append(f"{_condition(r)}: fp32 {_f(r['infer_p50_ms'])} ms, int8 {_f(q['infer_p50_ms'])} ms "
-                             f"(**{r['infer_p50_ms'] / q['infer_p50_ms']:,.1f}x**)")
+                pairs.append(
+                    f"{_condition(r)}: fp32 {_f(r['infer_p50_ms'])} ms, int8 {_f(q['infer_p50_ms'])} ms "
+                    f"(**{r['infer_p50_ms'] / q['infer_p50_ms']:,.1f}x**)"
+                )
             else:
                 pairs.append(f"{_condition(r)}: fp32 does not run, int8 {_f(q.get('infer_p50_ms'))} ms")
         b32u = next((r for r in f32 if classify(r) == "baseline"), None)
         b8u = next((r for r in i8 if classify(r) == "baseline"), None)
         if b32u and b8u:
-            pairs.insert(0, f"unconstrained: fp32 {_f(b32u['infer_p50_ms'])} ms, int8 {_f(b8u['infer_p50_ms'])} ms "
-                            f"({b32u['infer_p50_ms'] / b8u['infer_p50_ms']:.1f}x)")
+            pairs.insert(
+                0,
+                f"unconstrained: fp32 {_f(b32u['infer_p50_ms'])} ms, int8 {_f(b8u['infer_p50_ms'])} ms "
+                f"({b32u['infer_p50_ms'] / b8u['infer_p50_ms']:.1f}x)",
+            )
         if pairs:
-            lines.append("- Inference p50, fp32 against int8 (this machine's times): " + "; ".join(pairs) + ". The seed's Pi 3b: "
-                         "fp32 Policy III 208.1 ms, int8 11.0 ms (18.9x).")
+            lines.append(
+                "- Inference p50, fp32 against int8 (this machine's times): "
+                + "; ".join(pairs)
+                + ". The seed's Pi 3b: "
+                "fp32 Policy III 208.1 ms, int8 11.0 ms (18.9x)."
+            )
     b32 = next((r for r in f32 if r.get("condition") == "unconstrained" and r.get("flown")), None)
     b8 = next((r for r in i8 if r.get("condition") == "unconstrained" and r.get("flown")), None)
     if b32 and b8 and b8.get("peak_rss_bytes") and b8.get("rss_bytes"):
-        lines.append(f"- Memory, int8 against fp32 (unconstrained): file {models['fp32']['bytes'] / models['int8']['bytes']:.2f}x "
-                     f"smaller, peak RSS {b32['peak_rss_bytes'] / b8['peak_rss_bytes']:.2f}x lower, RSS at the end "
-                     f"{b32['rss_bytes'] / b8['rss_bytes']:.2f}x lower (the bridge's runtime and onnxruntime's load-time copies "
-                     "do not shrink with the weights).")
+        lines.append(
+            f"- Memory, int8 against fp32 (unconstrained): file {models['fp32']['bytes'] / models['int8']['bytes']:.2f}x "
+            f"smaller, peak RSS {b32['peak_rss_bytes'] / b8['peak_rss_bytes']:.2f}x lower, RSS at the end "
+            f"{b32['rss_bytes'] / b8['rss_bytes']:.2f}x lower (the bridge's runtime and onnxruntime's load-time copies "
+            "do not shrink with the weights)."
+        )
     return lines
 
 
@@ -541,20 +705,29 @@ def _md_device(data: dict, title: str) -> str:
     dev = (data.get("device") or {}).get("device") or {}
     ram = dev.get("ram_bytes")
     rows = data.get("rows") or []
-    out = [title, "",
-           f"Against a real device no memory cgroup can be put around the bridge's process: the device's own RAM is the "
-           f"experiment. Device RAM (its hello, /proc/meminfo MemTotal): **{_mb(ram)} MB**. Per model, the bridge's RSS from "
-           "the closed loops above (the one bridge serves all models in turn: the peak is the process's so far, the model's "
-           "share is its RSS growth on loading). The Air Learning-sized models of the sim-only memory stage are not flown here "
-           "(615 MB; the bridge's upload limit is 64 MB).", ""]
+    out = [
+        title,
+        "",
+        f"Against a real device no memory cgroup can be put around the bridge's process: the device's own RAM is the "
+        f"experiment. Device RAM (its hello, /proc/meminfo MemTotal): **{_mb(ram)} MB**. Per model, the bridge's RSS from "
+        "the closed loops above (the one bridge serves all models in turn: the peak is the process's so far, the model's "
+        "share is its RSS growth on loading). The Air Learning-sized models of the sim-only memory stage are not flown here "
+        "(615 MB; the bridge's upload limit is 64 MB).",
+        "",
+    ]
     if not rows:
         return "\n".join(out + ["No cell finished yet.", ""])
     level = data["args"]["levels"][0]
-    out += ["| model | RSS MB | peak RSS MB | model share MB | file MB | share of device RAM (RSS) |", "|---|---|---|---|---|---|"]
+    out += [
+        "| model | RSS MB | peak RSS MB | model share MB | file MB | share of device RAM (RSS) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["level"] != level:
             continue
         share = f"{r['rss_bytes'] / ram:.1%}" if ram and r.get("rss_bytes") else "-"
-        out.append(f"| {Path(r['model']).stem} | {_mb(r.get('rss_bytes'))} | {_mb(r.get('peak_rss_bytes'))} | "
-                   f"{_mb(r.get('model_rss_bytes'))} | {(r.get('model_bytes') or 0) / MB:,.2f} | {share} |")
+        out.append(
+            f"| {Path(r['model']).stem} | {_mb(r.get('rss_bytes'))} | {_mb(r.get('peak_rss_bytes'))} | "
+            f"{_mb(r.get('model_rss_bytes'))} | {(r.get('model_bytes') or 0) / MB:,.2f} | {share} |"
+        )
     return "\n".join(out + [""])

@@ -4,6 +4,7 @@ Registered ids: ``AirNav-v0`` (the ``default`` level), ``AirNav-Easy-v0``, ``Air
 ``AirNav-Hard-v0``. Each supports ``gymnasium.make`` and
 ``gymnasium.make_vec(..., vectorization_mode="vector_entry_point")`` (the native batched env).
 """
+
 from gymnasium.envs.registration import register, registry
 
 from nav_env.actions import ACTION_NAMES, DISCRETE_ACTIONS, HOVER_ACTION, N_DISCRETE_ACTIONS
@@ -12,8 +13,17 @@ from nav_env.env import NavEnv
 from nav_env.vector import NavVectorEnv
 
 __all__ = [
-    "ACTION_NAMES", "DISCRETE_ACTIONS", "HOVER_ACTION", "N_DISCRETE_ACTIONS",
-    "ConfigError", "NavConfig", "NavEnv", "NavVectorEnv", "available_levels", "load_level", "env_id",
+    "ACTION_NAMES",
+    "DISCRETE_ACTIONS",
+    "HOVER_ACTION",
+    "N_DISCRETE_ACTIONS",
+    "ConfigError",
+    "NavConfig",
+    "NavEnv",
+    "NavVectorEnv",
+    "available_levels",
+    "load_level",
+    "env_id",
 ]
 
 _IDS = {"AirNav-v0": "default", "AirNav-Easy-v0": "easy", "AirNav-Default-v0": "default", "AirNav-Hard-v0": "hard"}

@@ -3,6 +3,7 @@
 Each row is ``[vx, vy, vz, yaw_rate]``: forward (m/s), left (m/s), up (m/s), counter-clockwise yaw
 rate (rad/s). Unlike Air Learning's public code, the back-up actions really fly backwards.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,17 +21,38 @@ def _yaw(rate_deg: float) -> list[float]:
 
 
 ACTION_NAMES: tuple[str, ...] = (
-    "forward 5", "forward 4", "forward 3", "forward 2", "forward 1",
-    "diagonal left 60", "diagonal left 30", "hover", "diagonal right 30", "diagonal right 60",
-    "back 1", "back 2", "back 3", "back-left 135", "back-right 135",
-    "yaw left 15", "yaw left 30", "yaw left 45", "yaw left 60", "yaw left 90",
-    "yaw right 15", "yaw right 30", "yaw right 45", "yaw right 60", "yaw right 90",
+    "forward 5",
+    "forward 4",
+    "forward 3",
+    "forward 2",
+    "forward 1",
+    "diagonal left 60",
+    "diagonal left 30",
+    "hover",
+    "diagonal right 30",
+    "diagonal right 60",
+    "back 1",
+    "back 2",
+    "back 3",
+    "back-left 135",
+    "back-right 135",
+    "yaw left 15",
+    "yaw left 30",
+    "yaw left 45",
+    "yaw left 60",
+    "yaw left 90",
+    "yaw right 15",
+    "yaw right 30",
+    "yaw right 45",
+    "yaw right 60",
+    "yaw right 90",
 )
 
 DISCRETE_ACTIONS = np.array(
     [_polar(s, 0.0) for s in (5.0, 4.0, 3.0, 2.0, 1.0)]
     + [_polar(3.0, 60.0), _polar(3.0, 30.0), [0.0, 0.0, 0.0, 0.0], _polar(3.0, -30.0), _polar(3.0, -60.0)]
-    + [_polar(s, 180.0) for s in (1.0, 2.0, 3.0)] + [_polar(2.0, 135.0), _polar(2.0, -135.0)]
+    + [_polar(s, 180.0) for s in (1.0, 2.0, 3.0)]
+    + [_polar(2.0, 135.0), _polar(2.0, -135.0)]
     + [_yaw(r) for r in (15.0, 30.0, 45.0, 60.0, 90.0)]
     + [_yaw(-r) for r in (15.0, 30.0, 45.0, 60.0, 90.0)],
     dtype=np.float64,

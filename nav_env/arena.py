@@ -3,6 +3,7 @@
 An episode is a pure function of its random generator: the single env and the vector env call the
 same code with the same per-env generator, so equal seeds give equal episodes.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,9 @@ def sample_episode(rng: np.random.Generator, cfg: NavConfig, zone: int | None = 
         ep = _draw(rng, cfg, zone)
         if solvable(ep, cfg):
             return ep
-    raise GenerationError(f"level {cfg.level!r}: no solvable episode in {MAX_ATTEMPTS} draws; lower the obstacle counts")
+    raise GenerationError(
+        f"level {cfg.level!r}: no solvable episode in {MAX_ATTEMPTS} draws; lower the obstacle counts"
+    )
 
 
 def _draw(rng: np.random.Generator, cfg: NavConfig, zone: int | None) -> Episode:
@@ -75,11 +78,11 @@ def _draw(rng: np.random.Generator, cfg: NavConfig, zone: int | None) -> Episode
     cyl[:n_static, :3] = _place_cylinders(rng, n_static, o.cylinder_radius, keep_out, o.clearance, cfg)
     if n_moving:
         off = o.cylinders[1]
-        cyl[off:off + n_moving, :3] = _place_cylinders(rng, n_moving, o.moving_radius, keep_out, o.clearance, cfg)
+        cyl[off : off + n_moving, :3] = _place_cylinders(rng, n_moving, o.moving_radius, keep_out, o.clearance, cfg)
         speed = rng.uniform(*o.moving_speed, size=n_moving)
         heading = rng.uniform(-math.pi, math.pi, size=n_moving)
-        cyl[off:off + n_moving, 3] = speed * np.cos(heading)
-        cyl[off:off + n_moving, 4] = speed * np.sin(heading)
+        cyl[off : off + n_moving, 3] = speed * np.cos(heading)
+        cyl[off : off + n_moving, 4] = speed * np.sin(heading)
 
     box = np.full((kb, 4), FAR)
     n_box = int(rng.integers(o.boxes[0], o.boxes[1] + 1))

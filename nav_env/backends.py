@@ -1,4 +1,5 @@
 """Simulator backends behind one factory: the embedded simulator (default) or AirSim."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """Baseline policies that act on the flat observation alone: a scripted go-to-goal heuristic with
 depth-based obstacle avoidance, and uniform random actions. Both take a batch (n, obs_dim)."""
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@
 Random actions, autoresets included, one thread. The three are measured in interleaved rounds in the
 same run and the ratio native / Sync is reported from the medians.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
-    p.add_argument("--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)")
+    p.add_argument(
+        "--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)"
+    )
     args = p.parse_args(argv)
     if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1:
         raise UserError("--num-envs, --seconds and --rounds must be positive")
@@ -80,14 +83,28 @@ def main(argv: list[str] | None = None) -> int:
         runs["single"].append(bench_single(args.level, args.seconds, overrides))
         runs["sync_vector"].append(bench_vector(sync, args.num_envs, args.seconds))
         runs["native_vector"].append(bench_vector(native, args.num_envs, args.seconds))
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), file=sys.stderr)
+        print(
+            f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), file=sys.stderr
+        )
     med = {k: median(v) for k, v in runs.items()}
     result = {
-        "level": args.level, "camera": args.camera or "32x32", "num_envs": args.num_envs, "seconds": args.seconds, "rounds": args.rounds,
-        "env_steps_per_s": med, "native_over_sync": med["native_vector"] / med["sync_vector"],
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__},
+        "level": args.level,
+        "camera": args.camera or "32x32",
+        "num_envs": args.num_envs,
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "env_steps_per_s": med,
+        "native_over_sync": med["native_vector"] / med["sync_vector"],
+        "machine": {
+            "cpu": _cpu_name(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        },
     }
-    print(f"level {args.level}, camera {args.camera or '32x32'}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})")
+    print(
+        f"level {args.level}, camera {args.camera or '32x32'}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})"
+    )
     print(f"{'env':<22}{'env-steps/s':>14}")
     for k, v in med.items():
         print(f"{k:<22}{v:>14,.0f}")

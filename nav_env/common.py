@@ -1,4 +1,5 @@
 """Pieces shared by the single and the vector env: spaces, action checking, curriculum."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -58,7 +59,7 @@ def commands(actions, cfg: NavConfig, n: int) -> np.ndarray:
     return a
 
 
-def choose_zone(options: dict, cfg: NavConfig, curriculum: "ZoneCurriculum") -> int | None:
+def choose_zone(options: dict, cfg: NavConfig, curriculum: ZoneCurriculum) -> int | None:
     """The goal zone a reset asks for: ``options["zone"]`` (validated), else the curriculum's zone when
     it is enabled, else None (drawn with the episode)."""
     zone = options.get("zone")
@@ -80,7 +81,7 @@ class ZoneCurriculum:
         self._results: deque[bool] = deque(maxlen=window)
 
     @classmethod
-    def from_config(cls, cfg: NavConfig) -> "ZoneCurriculum":
+    def from_config(cls, cfg: NavConfig) -> ZoneCurriculum:
         return cls(len(cfg.task.goal_zones), cfg.curriculum.window, cfg.curriculum.threshold)
 
     def record(self, zone: int, success: bool) -> None:

@@ -6,6 +6,7 @@ The level files are package data (they ship in the wheel); ``AIRQ_CONFIG_DIR=DIR
 Every key is validated: an unknown section or key, a wrong type, or a non-positive size raises
 :class:`ConfigError` with a one-line message naming the offending value.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -127,7 +128,9 @@ def parse_camera(spec: str | tuple[int, int] | list[int]) -> tuple[int, int]:
             return named[spec.lower()]
         h, sep, w = spec.lower().partition("x")
         if not sep or not h.strip().isdigit() or not w.strip().isdigit():
-            raise ConfigError(f"camera size must be HEIGHTxWIDTH (e.g. 144x256), 'airlearning' or 'default', got {spec!r}")
+            raise ConfigError(
+                f"camera size must be HEIGHTxWIDTH (e.g. 144x256), 'airlearning' or 'default', got {spec!r}"
+            )
         spec = (int(h), int(w))
     if len(spec) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in spec):
         raise ConfigError(f"camera size must be two positive integers (height, width), got {spec!r}")
@@ -161,10 +164,17 @@ def camera_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
     except (ValueError, AttributeError):
         return {}
     return {f"camera.{k}": cam[k] for k in ("width", "height", "vfov_deg") if k in cam}
+
+
 SECTIONS = {f.name: f.type for f in dataclasses.fields(NavConfig) if f.name != "level"}
 _SECTION_CLASSES = {
-    "arena": ArenaConfig, "obstacles": ObstacleConfig, "camera": CameraConfig, "vehicle": VehicleConfig,
-    "task": TaskConfig, "reward": RewardConfig, "curriculum": CurriculumConfig,
+    "arena": ArenaConfig,
+    "obstacles": ObstacleConfig,
+    "camera": CameraConfig,
+    "vehicle": VehicleConfig,
+    "task": TaskConfig,
+    "reward": RewardConfig,
+    "curriculum": CurriculumConfig,
 }
 
 

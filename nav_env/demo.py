@@ -3,12 +3,11 @@ saved as a PNG (map with path, depth image) and the first as a GIF.
 
     python -m nav_env.demo --level default --episodes 4 --seed 0 --out out/demo
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import numpy as np
 
 from airq_cli import ArgumentParser, UserError, output_dir, run
 from nav_env.baselines import HeuristicPolicy
@@ -39,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
                 frames.append(env.render())
         outcome = "success" if info["is_success"] else "collision" if info["collision"] else "timeout"
         png = save_png(out / f"episode_{args.seed + ep}.png", env.render())
-        print(f"episode seed {args.seed + ep}: {outcome} after {info['steps']} steps, path {info['path_length']:.1f} m "
-              f"for {info['start_distance']:.1f} m straight -> {png}")
+        print(
+            f"episode seed {args.seed + ep}: {outcome} after {info['steps']} steps, path {info['path_length']:.1f} m "
+            f"for {info['start_distance']:.1f} m straight -> {png}"
+        )
         if ep == 0:
             gif = save_gif(out / f"episode_{args.seed}.gif", frames + [env.render()])
             print(f"animation -> {gif}")

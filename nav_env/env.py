@@ -1,4 +1,5 @@
 """The single navigation environment (Gymnasium API)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -150,8 +151,13 @@ class NavEnv(gym.Env):
         if self._done and self.cfg.curriculum.enabled:
             self.curriculum.record(self.episode.zone, bool(success[0]))
         self._last_obs = self.sim.observe()[0]
-        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self.sim.info(0, bool(collision[0]), bool(success[0]))
-
+        return (
+            self._last_obs,
+            float(reward[0]),
+            bool(terminated[0]),
+            bool(truncated[0]),
+            self.sim.info(0, bool(collision[0]), bool(success[0])),
+        )
 
     def render(self):
         if self.render_mode != "rgb_array":

@@ -6,6 +6,7 @@
 Episode ``j`` is ``reset(seed=seed + j)`` for every policy, so results pair up. Writes
 ``baselines_LEVEL.json`` (summary and per-episode rows) atomically and prints a table.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.policy:
         policy = BASELINES[name](cfg)
         t0 = time.perf_counter()
-        results = list(progress(run_episodes(policy, cfg, args.episodes, args.seed, args.num_envs), args.episodes, name))
+        results = list(
+            progress(run_episodes(policy, cfg, args.episodes, args.seed, args.num_envs), args.episodes, name)
+        )
         summary = summarize(results)
         summary["wall_s"] = time.perf_counter() - t0
         report["policies"][name] = {"summary": summary, "episodes": as_rows(results)}
@@ -62,13 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) / f"baselines_{cfg.level}.json"
     write_atomic(out, json.dumps(report, indent=1).encode())
     print(f"level {cfg.level}: {args.episodes} seeded episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
-    print(f"{'policy':<12}{'success':>9}{'95% CI':>16}{'collision':>11}{'timeout':>9}{'return':>9}{'steps':>8}{'path/straight':>15}")
+    print(
+        f"{'policy':<12}{'success':>9}{'95% CI':>16}{'collision':>11}{'timeout':>9}{'return':>9}{'steps':>8}{'path/straight':>15}"
+    )
     for name in names:
         s = report["policies"][name]["summary"]
         lo, hi = s["success_ci95"]
         eff = f"{s['path_efficiency']:.2f}" if s["path_efficiency"] else "-"
-        print(f"{name:<12}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}{s['timeout_rate']:>9.1%}"
-              f"{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}")
+        print(
+            f"{name:<12}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}{s['timeout_rate']:>9.1%}"
+            f"{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}"
+        )
     print(f"wrote {out}")
     return 0
 

@@ -1,4 +1,5 @@
 """Top-down map and depth image as an RGB array, and PNG/GIF output, with numpy alone."""
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,21 @@ PX_PER_M = 10
 PANEL = 320  # pixels: each panel is PANEL x PANEL
 
 COLORS = {
-    "floor": (245, 245, 240), "wall": (60, 60, 60), "static": (110, 110, 120), "moving": (200, 120, 40),
-    "path": (30, 90, 220), "start": (40, 170, 60), "goal": (220, 40, 40), "vehicle": (20, 20, 20),
+    "floor": (245, 245, 240),
+    "wall": (60, 60, 60),
+    "static": (110, 110, 120),
+    "moving": (200, 120, 40),
+    "path": (30, 90, 220),
+    "start": (40, 170, 60),
+    "goal": (220, 40, 40),
+    "vehicle": (20, 20, 20),
     "fov": (160, 190, 240),
 }
 
 
-def render_frame(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None, depth: np.ndarray | None = None) -> np.ndarray:
+def render_frame(
+    cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None, depth: np.ndarray | None = None
+) -> np.ndarray:
     """(PANEL, 2*PANEL, 3) uint8: the map (north up) with obstacles, path, goal, vehicle and its
     field of view on the left, env ``i``'s depth image on the right (white = far). ``depth`` (H, W)
     in [0, 1] replaces the ray-cast image (the AirSim backend passes its camera's)."""
@@ -64,7 +73,9 @@ def _map(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None) -
     if trajectory is not None and len(trajectory):
         sx, sy = trajectory[0, 0], trajectory[0, 1]
         paint(np.hypot(wx - sx, wy - sy) <= 0.4, COLORS["start"])
-        _polyline(img, trajectory[:, :2], lambda p: (10 + p[:, 0] * scale, 10 + (a.size_y - p[:, 1]) * scale), COLORS["path"])
+        _polyline(
+            img, trajectory[:, :2], lambda p: (10 + p[:, 0] * scale, 10 + (a.size_y - p[:, 1]) * scale), COLORS["path"]
+        )
     paint(np.hypot(wx - px, wy - py) <= cfg.vehicle.radius * 1.3, COLORS["vehicle"])
     return img
 

@@ -1,9 +1,10 @@
 """Seeded evaluation: episode ``j`` is played from ``reset(seed=seed + j)`` whatever the policy, so
 two policies' results pair up episode by episode."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -55,9 +56,14 @@ def run_episodes(
         for i in np.flatnonzero(done):
             outcome = "success" if info["is_success"][i] else "collision" if info["collision"][i] else "timeout"
             yield EpisodeResult(
-                episode=int(assigned[i]), seed=seed + int(assigned[i]), zone=int(info["zone"][i]), outcome=outcome,
-                steps=int(info["steps"][i]), episode_return=float(returns[i]),
-                path_length=float(info["path_length"][i]), start_distance=float(info["start_distance"][i]),
+                episode=int(assigned[i]),
+                seed=seed + int(assigned[i]),
+                zone=int(info["zone"][i]),
+                outcome=outcome,
+                steps=int(info["steps"][i]),
+                episode_return=float(returns[i]),
+                path_length=float(info["path_length"][i]),
+                start_distance=float(info["start_distance"][i]),
                 straight_distance=float(info["start_distance"][i]) - cfg.task.success_radius,
             )
             returns[i] = 0.0
@@ -82,11 +88,11 @@ def summarize(results: list[EpisodeResult]) -> dict:
     out["mean_return"] = float(np.mean([r.episode_return for r in results])) if n else 0.0
     out["mean_steps"] = float(np.mean([r.steps for r in results])) if n else 0.0
     succ = [r for r in results if r.success]
-    out["path_efficiency"] = float(np.mean([r.path_length / max(r.straight_distance, 1e-9) for r in succ])) if succ else None
+    out["path_efficiency"] = (
+        float(np.mean([r.path_length / max(r.straight_distance, 1e-9) for r in succ])) if succ else None
+    )
     zones = sorted({r.zone for r in results})
-    out["success_rate_by_zone"] = {
-        str(z): float(np.mean([r.success for r in results if r.zone == z])) for z in zones
-    }
+    out["success_rate_by_zone"] = {str(z): float(np.mean([r.success for r in results if r.zone == z])) for z in zones}
     return out
 
 

@@ -5,10 +5,11 @@ horizontal ray per image column gives the obstacle depth for the whole column; f
 a per-row term. Every array has the batch as its first axis and there is no Python loop over envs in
 ``step`` or ``observe``.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -207,7 +208,9 @@ class BatchSim:
             t = self._cast(ox, oy, dx, dy, self.cyl[idx], self.box[idx], ws)
             planar = t * self.col_cos  # along-ray distance -> distance along the optical axis
             # floor (rows below the horizon) and ceiling (rows above), per env and row
-            surf = np.where(self.row_tan > 0, z[:, None] / self.row_tan, (np.float32(a.ceiling) - z)[:, None] / -self.row_tan)
+            surf = np.where(
+                self.row_tan > 0, z[:, None] / self.row_tan, (np.float32(a.ceiling) - z)[:, None] / -self.row_tan
+            )
         depth = np.minimum(planar[:, None, :], surf[:, :, None], out=ws.depth)
         # clip both ends: a vehicle stepped on past a wall after its episode ended sees negative ranges
         np.clip(depth, np.float32(0.0), np.float32(cam.max_range), out=depth)
@@ -216,7 +219,7 @@ class BatchSim:
             self._corrupt(depth, idx)
         return depth
 
-    def _workspace(self, n: int) -> "_Workspace":
+    def _workspace(self, n: int) -> _Workspace:
         # Reused buffers for the full batch: fresh large temporaries each step made glibc return
         # and re-fault their pages (a third of the step time once the heap had grown).
         if n == self.n:
@@ -225,13 +228,15 @@ class BatchSim:
             return self._ws
         return _Workspace(n, self.cfg, self.cyl.shape[1], self.box.shape[1])
 
-    def _cast(self, ox, oy, dx, dy, cyl, box, ws: "_Workspace") -> np.ndarray:
+    def _cast(self, ox, oy, dx, dy, cyl, box, ws: _Workspace) -> np.ndarray:
         """Distance along each (env, column) ray to the first wall, cylinder or box: (n, C)."""
         a = self.cfg.arena
         inv_x, inv_y = 1.0 / dx, 1.0 / dy
         ox2, oy2 = ox[:, None], oy[:, None]
         # walls: the arena is a box seen from inside, so take the exit distance
-        t = np.minimum(np.maximum((a.size_x - ox2) * inv_x, -ox2 * inv_x), np.maximum((a.size_y - oy2) * inv_y, -oy2 * inv_y))
+        t = np.minimum(
+            np.maximum((a.size_x - ox2) * inv_x, -ox2 * inv_x), np.maximum((a.size_y - oy2) * inv_y, -oy2 * inv_y)
+        )
         if cyl.shape[1]:
             rx = (cyl[:, :, 0] - ox2)[:, None, :]
             ry = (cyl[:, :, 1] - oy2)[:, None, :]
@@ -290,7 +295,12 @@ class BatchSim:
 
 def _hash_uniform(key: np.ndarray, step: np.ndarray, pixel: np.ndarray, salt: int) -> np.ndarray:
     """Uniform floats in (0, 1] from a murmur3-style mix of three counters (uint32 arithmetic)."""
-    h = (key * np.uint32(0x9E3779B1)) ^ (step * np.uint32(0x85EBCA77)) ^ (pixel * np.uint32(0xC2B2AE3D)) ^ np.uint32(salt)
+    h = (
+        (key * np.uint32(0x9E3779B1))
+        ^ (step * np.uint32(0x85EBCA77))
+        ^ (pixel * np.uint32(0xC2B2AE3D))
+        ^ np.uint32(salt)
+    )
     h ^= h >> np.uint32(16)
     h *= np.uint32(0x85EBCA6B)
     h ^= h >> np.uint32(13)

@@ -7,6 +7,7 @@ proportions (Newcombe 1998, Stat Med 17:2635, method 10), built from scipy's Wil
 the two marginal rates. Unlike a Wald interval it stays inside [-1, 1] and is not zero-width when
 no episode differs.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,9 @@ def mcnemar_exact(only_first: int, only_second: int) -> float:
     return float(binomtest(only_first, discordant, 0.5).pvalue)
 
 
-def newcombe_paired_interval(both: int, only_first: int, only_second: int, neither: int,
-                             confidence: float = CONFIDENCE) -> tuple[float, float]:
+def newcombe_paired_interval(
+    both: int, only_first: int, only_second: int, neither: int, confidence: float = CONFIDENCE
+) -> tuple[float, float]:
     """Newcombe's method-10 interval for p_second - p_first over matched pairs.
 
     The cells are counts of pairs: success in both, only in the first, only in the second, in
@@ -76,6 +78,11 @@ def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDEN
     neither = n - both - only_a - only_b
     low, high = newcombe_paired_interval(both, only_a, only_b, neither, confidence)
     return {
-        "n": n, "diff": (only_b - only_a) / n if n else 0.0, "low": low, "high": high,
-        "only_first": only_a, "only_second": only_b, "mcnemar_p": mcnemar_exact(only_a, only_b),
+        "n": n,
+        "diff": (only_b - only_a) / n if n else 0.0,
+        "low": low,
+        "high": high,
+        "only_first": only_a,
+        "only_second": only_b,
+        "mcnemar_p": mcnemar_exact(only_a, only_b),
     }

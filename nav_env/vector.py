@@ -1,7 +1,9 @@
 """Native vector env: N navigation episodes stepped in one batch of numpy, with autoreset."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium.utils import seeding

@@ -6,6 +6,7 @@ the actor to ONNX, and evaluate any policy (run directory or ONNX file) on seede
     python -m policies.evaluate models/policy1_fp32.onnx runs/p1 --episodes 1000 --seed 0
     python -m policies.bench
 """
+
 from policies.presets import ALGORITHMS, PRESETS, Preset, get_preset
 
 __all__ = ["ALGORITHMS", "PRESETS", "Preset", "get_preset"]

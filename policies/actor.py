@@ -1,6 +1,7 @@
 """The deployable network of a trained SB3 model: a plain torch MLP mapping the flat observation to
 ``(action, logits)``. Evaluation during training, export and ``policies.evaluate`` all act through it,
 so the numbers reported for a run are those of the network that ships."""
+
 from __future__ import annotations
 
 import copy
@@ -13,7 +14,6 @@ from torch import nn
 
 from policies.config import RUN_CHECKPOINTS  # noqa: F401 - re-exported: callers import it from here
 from policies.errors import UserError
-
 
 
 class DiscreteActor(nn.Module):
@@ -87,5 +87,7 @@ def load_run(run_dir: str | Path, which: str = "best"):
     try:
         model = algo_class(cfg.algo).load(path, device="cpu")
     except (zipfile.BadZipFile, EOFError, KeyError, ValueError, RuntimeError, OSError) as e:
-        raise UserError(f"{path}: corrupt checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        raise UserError(
+            f"{path}: corrupt checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
     return cfg, model, path

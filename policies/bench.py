@@ -5,6 +5,7 @@ the defaults) and the rate is measured after a warm-up rollout.
     python -m policies.bench [--presets policy1 policy2 policy3] [--algo ppo] [--rollouts 3]
         [--torch-threads 1] [--out FILE]
 """
+
 from __future__ import annotations
 
 import os
@@ -66,17 +67,26 @@ def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
     venv.close()
     # skip the first rollout + update (allocation, first-call overheads)
     t1, n1 = clock.marks[1] if len(clock.marks) > 1 else (t0, 0)
-    return {"preset": cfg.policy, "algo": cfg.algo, "num_envs": cfg.num_envs, "n_steps": cfg.n_steps,
-            "batch_size": cfg.batch_size, "n_epochs": cfg.n_epochs, "measured_steps": n_end - n1,
-            "env_steps_per_s": round((n_end - n1) / (t_end - t1), 1),
-            "minutes_per_million_steps": round((t_end - t1) / (n_end - n1) * 1e6 / 60, 2)}
+    return {
+        "preset": cfg.policy,
+        "algo": cfg.algo,
+        "num_envs": cfg.num_envs,
+        "n_steps": cfg.n_steps,
+        "batch_size": cfg.batch_size,
+        "n_epochs": cfg.n_epochs,
+        "measured_steps": n_end - n1,
+        "env_steps_per_s": round((n_end - n1) / (t_end - t1), 1),
+        "minutes_per_million_steps": round((t_end - t1) / (n_end - n1) * 1e6 / 60, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m policies.bench", description=__doc__.split("\n")[0])
     p.add_argument("--presets", nargs="+", default=list(PRESETS))
     p.add_argument("--algo", default="ppo")
-    p.add_argument("--rollouts", type=int, default=3, help="measured rollouts (+ updates) per preset, after one warm-up")
+    p.add_argument(
+        "--rollouts", type=int, default=3, help="measured rollouts (+ updates) per preset, after one warm-up"
+    )
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     args = p.parse_args(argv)
@@ -93,17 +103,23 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(preset_config(name, args.algo), torch_threads=args.torch_threads)
         results.append(bench_preset(cfg, args.rollouts))
         r = results[-1]
-        print(f"{name}: {r['env_steps_per_s']:,.0f} env-steps/s ({r['minutes_per_million_steps']:.1f} min per 1M steps)",
-              file=sys.stderr)
+        print(
+            f"{name}: {r['env_steps_per_s']:,.0f} env-steps/s ({r['minutes_per_million_steps']:.1f} min per 1M steps)",
+            file=sys.stderr,
+        )
     info = machine_info() | {"load_average_1min_at_end": round(os.getloadavg()[0], 2)}
-    print(f"training throughput, {args.algo}, env steps/s including updates ({info['cpu']}, {info['cores']} cores, "
-          f"{args.torch_threads} torch thread(s); load average {info['load_average_1min_at_end']}: "
-          f"other jobs on the cores slow every figure)")
+    print(
+        f"training throughput, {args.algo}, env steps/s including updates ({info['cpu']}, {info['cores']} cores, "
+        f"{args.torch_threads} torch thread(s); load average {info['load_average_1min_at_end']}: "
+        f"other jobs on the cores slow every figure)"
+    )
     print(f"{'preset':<10}{'envs x steps':>14}{'batch':>7}{'epochs':>8}{'steps/s':>10}{'min/1M':>9}")
     for r in results:
         shape = f"{r['num_envs']} x {r['n_steps']}"
-        print(f"{r['preset']:<10}{shape:>14}{r['batch_size']:>7}{r['n_epochs']:>8}"
-              f"{r['env_steps_per_s']:>10,.0f}{r['minutes_per_million_steps']:>9.1f}")
+        print(
+            f"{r['preset']:<10}{shape:>14}{r['batch_size']:>7}{r['n_epochs']:>8}"
+            f"{r['env_steps_per_s']:>10,.0f}{r['minutes_per_million_steps']:>9.1f}"
+        )
     if args.out:
         write_atomic(args.out, json.dumps({"results": results, "machine": info}, indent=1).encode())
     return 0

@@ -4,6 +4,7 @@
     python -m policies.card --run runs/policy1_default --onnx models/policy1_fp32.onnx \
         --eval out/eval/policy1_default.json --command "python -m policies.train ..." -o models/policy1.md
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,31 +44,59 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "model": onnx_path.name,
         "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
         "size_bytes": onnx_path.stat().st_size,
-        "preset": meta.get("airq.preset"), "algorithm": meta.get("airq.algorithm"), "level": meta.get("airq.level"),
-        "env_id": meta.get("airq.env_id"), "precision": meta.get("airq.precision"),
-        "seed": int(meta.get("airq.seed", -1)), "train_steps_of_checkpoint": int(meta.get("airq.train_steps", 0)),
+        "preset": meta.get("airq.preset"),
+        "algorithm": meta.get("airq.algorithm"),
+        "level": meta.get("airq.level"),
+        "env_id": meta.get("airq.env_id"),
+        "precision": meta.get("airq.precision"),
+        "seed": int(meta.get("airq.seed", -1)),
+        "train_steps_of_checkpoint": int(meta.get("airq.train_steps", 0)),
         "checkpoint": meta.get("airq.checkpoint"),
-        "distillation": {"method": metrics["method"], "teacher": metrics["teacher"],
-                         "args": metrics.get("distill_args")} if "teacher" in metrics else None,
-        "run_total_steps": metrics.get("timesteps"), "train_wall_s": metrics.get("train_wall_s"),
+        "distillation": {
+            "method": metrics["method"],
+            "teacher": metrics["teacher"],
+            "args": metrics.get("distill_args"),
+        }
+        if "teacher" in metrics
+        else None,
+        "run_total_steps": metrics.get("timesteps"),
+        "train_wall_s": metrics.get("train_wall_s"),
         "train_env_steps_per_s": metrics.get("env_steps_per_s"),
         "first_periodic_eval_at_or_above": first_hits,
         "machine": metrics.get("machine"),
         "versions": package_versions(),  # installed when the card was written (evaluation); training's: machine
         "commands": commands,
         "config": metrics.get("config"),
-        "evaluation": {"level": report["level"], "episodes": report["episodes"], "seed": report["seed"],
-                       "deterministic": True, **{k: s[k] for k in (
-                           "success_rate", "success_ci95", "collision_rate", "timeout_rate", "mean_return",
-                           "mean_steps", "path_efficiency", "success_rate_by_zone")}},
+        "evaluation": {
+            "level": report["level"],
+            "episodes": report["episodes"],
+            "seed": report["seed"],
+            "deterministic": True,
+            **{
+                k: s[k]
+                for k in (
+                    "success_rate",
+                    "success_ci95",
+                    "collision_rate",
+                    "timeout_rate",
+                    "mean_return",
+                    "mean_steps",
+                    "path_efficiency",
+                    "success_rate_by_zone",
+                )
+            },
+        },
         "paired_comparisons": [
             {k: d[k] for k in ("first", "second", "n", "diff", "low", "high", "only_first", "only_second", "mcnemar_p")}
-            | {"second_success_rate": report["policies"][d["second"]]["summary"]["success_rate"],
-               "second_success_ci95": report["policies"][d["second"]]["summary"]["success_ci95"]}
+            | {
+                "second_success_rate": report["policies"][d["second"]]["summary"]["success_rate"],
+                "second_success_ci95": report["policies"][d["second"]]["summary"]["success_ci95"],
+            }
             for d in report.get("paired_vs_first", {}).values()
         ],
-        "periodic_evals": [{k: e[k] for k in ("timesteps", "wall_s", "success_rate") if k in e}
-                           for e in metrics.get("evals", [])],
+        "periodic_evals": [
+            {k: e[k] for k in ("timesteps", "wall_s", "success_rate") if k in e} for e in metrics.get("evals", [])
+        ],
         "notes": notes,
     }
 
@@ -98,10 +127,13 @@ def _comparison_lines(card: dict) -> list[str]:
     lines = []
     for d in card["paired_comparisons"]:
         lo, hi = d["second_success_ci95"]
-        lines += ["", f"Paired on the same {d['n']} episodes, {d['second']} succeeds {d['second_success_rate']:.1%} "
-                      f"({lo:.1%} - {hi:.1%}): this model minus {d['second']} = {-d['diff']:+.1%} "
-                      f"(95% CI {-d['high']:+.1%} to {-d['low']:+.1%}; episodes only this model solves {d['only_first']}, "
-                      f"only {d['second']} {d['only_second']}; McNemar exact p = {d['mcnemar_p']:.2g})."]
+        lines += [
+            "",
+            f"Paired on the same {d['n']} episodes, {d['second']} succeeds {d['second_success_rate']:.1%} "
+            f"({lo:.1%} - {hi:.1%}): this model minus {d['second']} = {-d['diff']:+.1%} "
+            f"(95% CI {-d['high']:+.1%} to {-d['low']:+.1%}; episodes only this model solves {d['only_first']}, "
+            f"only {d['second']} {d['only_second']}; McNemar exact p = {d['mcnemar_p']:.2g}).",
+        ]
     return lines
 
 
@@ -133,8 +165,10 @@ def to_markdown(card: dict) -> str:
     ]
     for target, hit in card["first_periodic_eval_at_or_above"].items():
         if hit:
-            lines.append(f"- first periodic evaluation (200 episodes) at or above {target}: {hit['timesteps']:,} steps, "
-                         f"{hit['wall_s'] / 60:.1f} min")
+            lines.append(
+                f"- first periodic evaluation (200 episodes) at or above {target}: {hit['timesteps']:,} steps, "
+                f"{hit['wall_s'] / 60:.1f} min"
+            )
     lines += [
         f"- machine: {m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')} with {m.get('torch_threads')} thread(s), "
         f"Python {m.get('python')}",

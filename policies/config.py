@@ -1,5 +1,6 @@
 """Training arguments: one dataclass (CleanRL style), filled from defaults < a TOML file < the
 command line. The resolved config is written to the run directory as ``config.toml``."""
+
 from __future__ import annotations
 
 import argparse
@@ -73,13 +74,23 @@ class TrainConfig:
 
         return load_level(self.level, {"curriculum.enabled": curriculum})
 
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:
         get_preset(self.policy)
         check_algorithm(self.algo)
         if self.lr_schedule not in ("linear", "constant"):
             raise UserError(f"lr_schedule must be 'linear' or 'constant', got {self.lr_schedule!r}")
-        for name in ("steps", "num_envs", "n_steps", "batch_size", "n_epochs", "eval_every", "eval_episodes",
-                     "checkpoint_every", "torch_threads", "buffer_size"):
+        for name in (
+            "steps",
+            "num_envs",
+            "n_steps",
+            "batch_size",
+            "n_epochs",
+            "eval_every",
+            "eval_episodes",
+            "checkpoint_every",
+            "torch_threads",
+            "buffer_size",
+        ):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
         return self
@@ -131,8 +142,13 @@ def build_parser(description: str, prog: str = "python -m policies.train") -> ar
         default = getattr(TrainConfig(), f.name)
         kind = _bool if isinstance(default, bool) else output_dir if f.name == "out" else type(default)
         # default=SUPPRESS: only flags the user typed reach the namespace, so they override the TOML
-        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=kind, default=argparse.SUPPRESS,
-                       help=f"(default {default!r})")
+        p.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=f"(default {default!r})",
+        )
     return p
 
 

@@ -13,6 +13,7 @@ only thing a deterministic deployment uses. The result is a normal run directory
 the Policy III actor and its small critic untrained), so export, evaluate and
 ``policies.train --init-from`` work on it unchanged.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,16 @@ def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: i
     return np.concatenate(xs)[:n_samples], np.concatenate(ys)[:n_samples]
 
 
-def fit(student_modules: nn.Module, student, x: np.ndarray, y: np.ndarray, epochs: int, batch: int,
-        optimizer: torch.optim.Optimizer, rng: np.random.Generator) -> dict:
+def fit(
+    student_modules: nn.Module,
+    student,
+    x: np.ndarray,
+    y: np.ndarray,
+    epochs: int,
+    batch: int,
+    optimizer: torch.optim.Optimizer,
+    rng: np.random.Generator,
+) -> dict:
     import torch
     from torch import nn
 
@@ -76,7 +85,7 @@ def fit(student_modules: nn.Module, student, x: np.ndarray, y: np.ndarray, epoch
     for _ in range(epochs):
         order = rng.permutation(len(x))
         for start in range(0, len(x), batch):
-            idx = order[start:start + batch]
+            idx = order[start : start + batch]
             xb, yb = torch.from_numpy(x[idx]), torch.from_numpy(y[idx]).long()
             logits = student(xb)[1]
             loss = loss_fn(logits, yb)
@@ -123,8 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     t_cfg, teacher_model, teacher_ckpt = load_run(args.teacher)
     teacher = actor_from_model(teacher_model)
     base = load_toml(CONFIG) if CONFIG.is_file() else {}
-    cfg = replace(TrainConfig(**base), policy=args.policy, algo="ppo", level=t_cfg.level, seed=args.seed,
-                  out=str(out), init_from="").validate()
+    cfg = replace(
+        TrainConfig(**base),
+        policy=args.policy,
+        algo="ppo",
+        level=t_cfg.level,
+        seed=args.seed,
+        out=str(out),
+        init_from="",
+    ).validate()
     env_cfg = load_level(cfg.level)
     venv = make_vec_env(cfg)
     model = build_model(cfg, venv, tb_dir=None)
@@ -144,34 +160,70 @@ def main(argv: list[str] | None = None) -> int:
     best = {"iteration": -1, "success_rate": -1.0}
     t0 = time.perf_counter()
     for it in range(args.iterations):
-        share = 1.0 if it == 0 else 0.5 ** it
-        x, y = collect(teacher, student, env_cfg, args.samples_per_iteration, share,
-                       seed=TRAIN_SEED_BASE + 500_000 + args.seed * 10_000 + it * 1_000)
+        share = 1.0 if it == 0 else 0.5**it
+        x, y = collect(
+            teacher,
+            student,
+            env_cfg,
+            args.samples_per_iteration,
+            share,
+            seed=TRAIN_SEED_BASE + 500_000 + args.seed * 10_000 + it * 1_000,
+        )
         xs.append(x)
         ys.append(y)
-        fit_stats = fit(actor_modules, student, np.concatenate(xs), np.concatenate(ys), args.epochs,
-                        args.batch_size, optimizer, rng)
+        fit_stats = fit(
+            actor_modules, student, np.concatenate(xs), np.concatenate(ys), args.epochs, args.batch_size, optimizer, rng
+        )
         result = evaluate_model(model, cfg, args.eval_episodes, cfg.eval_seed)
-        entry = {"iteration": it, "teacher_share": share, "samples": int(sum(len(a) for a in xs)),
-                 "wall_s": round(time.perf_counter() - t0, 1), **fit_stats, **result}
+        entry = {
+            "iteration": it,
+            "teacher_share": share,
+            "samples": int(sum(len(a) for a in xs)),
+            "wall_s": round(time.perf_counter() - t0, 1),
+            **fit_stats,
+            **result,
+        }
         history.append(entry)
-        print(f"[iteration {it}] {entry['samples']:,} samples, loss {entry['loss']:.3f}, agreement "
-              f"{entry['train_agreement']:.1%}, held-out success {result['success_rate']:.1%}, "
-              f"{entry['wall_s'] / 60:.1f} min", file=sys.stderr)
+        print(
+            f"[iteration {it}] {entry['samples']:,} samples, loss {entry['loss']:.3f}, agreement "
+            f"{entry['train_agreement']:.1%}, held-out success {result['success_rate']:.1%}, "
+            f"{entry['wall_s'] / 60:.1f} min",
+            file=sys.stderr,
+        )
         if result["success_rate"] >= best["success_rate"]:  # ties go to the student trained on more data
             best = {"iteration": it, "timesteps": 0, "success_rate": result["success_rate"]}
             save_atomic(model, out / "best_model.zip")
-        metrics = {"config": vars(cfg), "machine": machine_info(), "method": "behaviour cloning with DAgger",
-                   "teacher": {"run": str(args.teacher), "checkpoint": str(teacher_ckpt)},
-                   "distill_args": vars(args), "evals": history, "best": best, "timesteps": 0,
-                   "train_wall_s": entry["wall_s"], "done": it == args.iterations - 1}
+        metrics = {
+            "config": vars(cfg),
+            "machine": machine_info(),
+            "method": "behaviour cloning with DAgger",
+            "teacher": {"run": str(args.teacher), "checkpoint": str(teacher_ckpt)},
+            "distill_args": vars(args),
+            "evals": history,
+            "best": best,
+            "timesteps": 0,
+            "train_wall_s": entry["wall_s"],
+            "done": it == args.iterations - 1,
+        }
         write_atomic(out / "metrics.json", json.dumps(metrics, indent=1).encode())
     save_atomic(model, out / "final_model.zip")
     save_atomic(model, out / "checkpoints" / "latest.zip")
-    write_atomic(out / "state.json", json.dumps({"restarts": 0, "timesteps": 0, "train_wall_s": history[-1]["wall_s"],
-                                                 "curriculum_zone": 0, "graduated": True}).encode())
-    print(f"{out}: best held-out success {best['success_rate']:.1%} (iteration {best['iteration']}), "
-          f"{history[-1]['wall_s'] / 60:.1f} min")
+    write_atomic(
+        out / "state.json",
+        json.dumps(
+            {
+                "restarts": 0,
+                "timesteps": 0,
+                "train_wall_s": history[-1]["wall_s"],
+                "curriculum_zone": 0,
+                "graduated": True,
+            }
+        ).encode(),
+    )
+    print(
+        f"{out}: best held-out success {best['success_rate']:.1%} (iteration {best['iteration']}), "
+        f"{history[-1]['wall_s'] / 60:.1f} min"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """The policies CLIs' user errors: airq_cli's (one line, exit 2), under the names this package used."""
+
 from __future__ import annotations
 
 from airq_cli import UserError, run

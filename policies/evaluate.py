@@ -10,6 +10,7 @@ exact p (nav_env.stats.paired_difference). Actions are deterministic (argmax). W
 (summaries, paired differences, per-episode rows), NAME.csv (one row per policy),
 NAME_episodes.csv and NAME.png, all atomically, and prints a table.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,21 @@ from policies.config import RUN_CHECKPOINTS
 from policies.errors import UserError
 from policies.loading import LoadedPolicy, check_obs_dim, load_policy
 
-SUMMARY_COLUMNS = ("policy", "source", "precision", "episodes", "success_rate", "success_ci_low", "success_ci_high",
-                   "collision_rate", "timeout_rate", "mean_return", "mean_steps", "path_efficiency", "wall_s")
+SUMMARY_COLUMNS = (
+    "policy",
+    "source",
+    "precision",
+    "episodes",
+    "success_rate",
+    "success_ci_low",
+    "success_ci_high",
+    "collision_rate",
+    "timeout_rate",
+    "mean_return",
+    "mean_steps",
+    "path_efficiency",
+    "wall_s",
+)
 
 
 def unique_names(policies: list[LoadedPolicy]) -> None:
@@ -53,8 +67,13 @@ def evaluate(policies: list[LoadedPolicy], cfg, episodes: int, seed: int, num_en
         t0 = time.perf_counter()
         results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs), key=lambda r: r.episode)
         summary = summarize(results) | {"wall_s": round(time.perf_counter() - t0, 2)}
-        report["policies"][p.name] = {"source": p.source, "kind": p.kind, "metadata": _short_meta(p.metadata),
-                                      "summary": summary, "episodes": as_rows(results)}
+        report["policies"][p.name] = {
+            "source": p.source,
+            "kind": p.kind,
+            "metadata": _short_meta(p.metadata),
+            "summary": summary,
+            "episodes": as_rows(results),
+        }
         outcomes[p.name] = [r.success for r in results]
     names = [p.name for p in policies]
     if len(names) > 1:
@@ -66,20 +85,32 @@ def evaluate(policies: list[LoadedPolicy], cfg, episodes: int, seed: int, num_en
 
 def _short_meta(meta: dict[str, str]) -> dict[str, str]:
     # the action table and env config are long and identical across policies: keep them out of reports
-    return {k: v for k, v in meta.items() if k not in ("airq.action_table", "airq.env_config", "airq.observation_layout")}
+    return {
+        k: v for k, v in meta.items() if k not in ("airq.action_table", "airq.env_config", "airq.observation_layout")
+    }
 
 
 def summary_rows(report: dict) -> list[dict]:
     rows = []
     for name, entry in report["policies"].items():
         s = entry["summary"]
-        rows.append({
-            "policy": name, "source": entry["source"], "precision": entry["metadata"].get("airq.precision", ""),
-            "episodes": s["episodes"], "success_rate": s["success_rate"], "success_ci_low": s["success_ci95"][0],
-            "success_ci_high": s["success_ci95"][1], "collision_rate": s["collision_rate"],
-            "timeout_rate": s["timeout_rate"], "mean_return": s["mean_return"], "mean_steps": s["mean_steps"],
-            "path_efficiency": s["path_efficiency"], "wall_s": s["wall_s"],
-        })
+        rows.append(
+            {
+                "policy": name,
+                "source": entry["source"],
+                "precision": entry["metadata"].get("airq.precision", ""),
+                "episodes": s["episodes"],
+                "success_rate": s["success_rate"],
+                "success_ci_low": s["success_ci95"][0],
+                "success_ci_high": s["success_ci95"][1],
+                "collision_rate": s["collision_rate"],
+                "timeout_rate": s["timeout_rate"],
+                "mean_return": s["mean_return"],
+                "mean_steps": s["mean_steps"],
+                "path_efficiency": s["path_efficiency"],
+                "wall_s": s["wall_s"],
+            }
+        )
     return rows
 
 
@@ -103,8 +134,10 @@ def plot(report: dict) -> bytes:
     sums = [report["policies"][n]["summary"] for n in names]
     rates = [s["success_rate"] * 100 for s in sums]
     # max(0, .): the Wilson bound at 0% or 100% can sit a rounding error past the estimate
-    err = [[max(0.0, s["success_rate"] - s["success_ci95"][0]) * 100 for s in sums],
-           [max(0.0, s["success_ci95"][1] - s["success_rate"]) * 100 for s in sums]]
+    err = [
+        [max(0.0, s["success_rate"] - s["success_ci95"][0]) * 100 for s in sums],
+        [max(0.0, s["success_ci95"][1] - s["success_rate"]) * 100 for s in sums],
+    ]
     ax1.bar(x, rates, yerr=err, capsize=4, color="tab:green")
     ax1.set_xticks(list(x), names, rotation=20, ha="right", fontsize=8)
     ax1.set_ylabel("success rate (%) with Wilson 95% CI")
@@ -117,30 +150,42 @@ def plot(report: dict) -> bytes:
     ax2.set_xticks(list(x), names, rotation=20, ha="right", fontsize=8)
     ax2.set_ylabel("outcome (%)")
     ax2.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"level {report['level']}: {report['episodes']} seeded episodes from seed {report['seed']}", fontsize=10)
+    fig.suptitle(
+        f"level {report['level']}: {report['episodes']} seeded episodes from seed {report['seed']}", fontsize=10
+    )
     fig.tight_layout()
     return figure_png(fig)
 
 
 def print_table(report: dict) -> None:
-    print(f"level {report['level']}: {report['episodes']} seeded episodes (seeds {report['seed']}.."
-          f"{report['seed'] + report['episodes'] - 1}), deterministic actions")
-    print(f"{'policy':<26}{'success':>9}{'95% CI':>16}{'collision':>11}{'timeout':>9}{'return':>9}{'steps':>8}{'path/straight':>15}")
+    print(
+        f"level {report['level']}: {report['episodes']} seeded episodes (seeds {report['seed']}.."
+        f"{report['seed'] + report['episodes'] - 1}), deterministic actions"
+    )
+    print(
+        f"{'policy':<26}{'success':>9}{'95% CI':>16}{'collision':>11}{'timeout':>9}{'return':>9}{'steps':>8}{'path/straight':>15}"
+    )
     for name, entry in report["policies"].items():
         s = entry["summary"]
         lo, hi = s["success_ci95"]
         eff = f"{s['path_efficiency']:.2f}" if s["path_efficiency"] else "-"
-        print(f"{name[:25]:<26}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}"
-              f"{s['timeout_rate']:>9.1%}{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}")
+        print(
+            f"{name[:25]:<26}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}"
+            f"{s['timeout_rate']:>9.1%}{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}"
+        )
     for name, d in report.get("paired_vs_first", {}).items():
-        print(f"paired {name} - {d['first']}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
-              f"solved only by {d['first']} {d['only_first']}, only by {name} {d['only_second']}, "
-              f"McNemar p={d['mcnemar_p']:.3g}")
+        print(
+            f"paired {name} - {d['first']}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
+            f"solved only by {d['first']} {d['only_first']}, only by {name} {d['only_second']}, "
+            f"McNemar p={d['mcnemar_p']:.3g}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m policies.evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("policy", nargs="+", help="run directory, ONNX file (any precision), or baseline:heuristic / baseline:random")
+    p.add_argument(
+        "policy", nargs="+", help="run directory, ONNX file (any precision), or baseline:heuristic / baseline:random"
+    )
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)

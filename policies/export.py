@@ -8,6 +8,7 @@ Graph: input ``obs`` float32 [batch, obs_dim] (batch dynamic); outputs ``action`
 action table, env, preset, algorithm, training steps, seed and the success rate measured on the
 exported file itself (onnxruntime, held-out seeds from 1_000_000, never the reported seeds 0..).
 """
+
 from __future__ import annotations
 
 import io
@@ -35,9 +36,11 @@ MAX_IR_VERSION = 10  # onnxruntime <= 1.31 rejects newer IRs (the locked 1.32.0 
 
 def observation_layout(cfg) -> str:
     w, h = cfg.camera.width, cfg.camera.height
-    return (f"float32[{w * h + 8}]: [0:{w * h}] depth {h}x{w} row-major from top-left, /max_range {cfg.camera.max_range} m, "
-            f"in [0,1]; [{w * h}:{w * h + 8}] goal distance/arena diagonal, sin, cos of goal bearing (ccw from nose), "
-            f"forward, left, up velocity/max_speed, yaw rate/max_yaw_rate, altitude/ceiling")
+    return (
+        f"float32[{w * h + 8}]: [0:{w * h}] depth {h}x{w} row-major from top-left, /max_range {cfg.camera.max_range} m, "
+        f"in [0,1]; [{w * h}:{w * h + 8}] goal distance/arena diagonal, sin, cos of goal bearing (ccw from nose), "
+        f"forward, left, up velocity/max_speed, yaw rate/max_yaw_rate, altitude/ceiling"
+    )
 
 
 def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
@@ -50,9 +53,14 @@ def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            actor, (dummy,), buf, input_names=["obs"], output_names=["action", "logits"],
+            actor,
+            (dummy,),
+            buf,
+            input_names=["obs"],
+            output_names=["action", "logits"],
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}, "logits": {0: "batch"}},
-            opset_version=OPSET, dynamo=False,
+            opset_version=OPSET,
+            dynamo=False,
         )
     model = onnx.load_from_string(buf.getvalue())
     # quantize_dynamic fails with ShapeInferenceError on the exporter's value_info; it is only a cache
@@ -84,7 +92,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
     if actor.obs_dim != env_cfg.obs_dim:
         raise UserError(f"{run_dir}: actor takes {actor.obs_dim} inputs, level {cfg.level!r} gives {env_cfg.obs_dim}")
     if actor.head.out_features != N_DISCRETE_ACTIONS:
-        raise UserError(f"{run_dir}: only discrete({N_DISCRETE_ACTIONS}) policies export (got {actor.head.out_features} outputs)")
+        raise UserError(
+            f"{run_dir}: only discrete({N_DISCRETE_ACTIONS}) policies export (got {actor.head.out_features} outputs)"
+        )
     meta = {
         "airq.obs_dim": str(env_cfg.obs_dim),
         "airq.action_space": f"discrete:{N_DISCRETE_ACTIONS}",
@@ -116,8 +126,14 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
             tmp.unlink(missing_ok=True)
         s = summarize(results)
         meta["airq.success_rate"] = f"{s['success_rate']:.4f}"
-        meta["airq.success_eval"] = json.dumps({"episodes": eval_episodes, "seed": EVAL_SEED_BASE,
-                                                "level": env_cfg.level, "ci95": [round(x, 4) for x in s["success_ci95"]]})
+        meta["airq.success_eval"] = json.dumps(
+            {
+                "episodes": eval_episodes,
+                "seed": EVAL_SEED_BASE,
+                "level": env_cfg.level,
+                "ci95": [round(x, 4) for x in s["success_ci95"]],
+            }
+        )
     else:
         best = _metrics_best(Path(run_dir))
         meta["airq.success_rate"] = f"{best:.4f}" if best is not None else "unknown"
@@ -134,7 +150,11 @@ def _distillation(run_dir: Path) -> dict | None:
     if "teacher" not in metrics:
         return None
     last = metrics["evals"][-1] if metrics.get("evals") else {}
-    return {"teacher": metrics["teacher"]["run"], "samples": last.get("samples"), "iterations": len(metrics.get("evals", []))}
+    return {
+        "teacher": metrics["teacher"]["run"],
+        "samples": last.get("samples"),
+        "iterations": len(metrics.get("evals", [])),
+    }
 
 
 def _metrics_best(run_dir: Path) -> float | None:
@@ -147,9 +167,13 @@ def _metrics_best(run_dir: Path) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m policies.export", description=__doc__.split("\n")[0])
     p.add_argument("run_dir")
-    p.add_argument("-o", "--output", required=True, type=output_file, help="ONNX file to write, e.g. models/policy1_fp32.onnx")
+    p.add_argument(
+        "-o", "--output", required=True, type=output_file, help="ONNX file to write, e.g. models/policy1_fp32.onnx"
+    )
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best")
-    p.add_argument("--eval-episodes", type=int, default=200, help="episodes for airq.success_rate (0: take metrics.json's)")
+    p.add_argument(
+        "--eval-episodes", type=int, default=200, help="episodes for airq.success_rate (0: take metrics.json's)"
+    )
     args = p.parse_args(argv)
     if args.eval_episodes < 0:
         raise UserError("--eval-episodes must be >= 0")
@@ -158,9 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     meta = export_run(args.run_dir, args.output, args.checkpoint, args.eval_episodes)
     size = Path(args.output).stat().st_size
-    print(f"wrote {args.output} ({size / 1e6:.2f} MB): {meta['airq.preset']} {meta['airq.algorithm']} "
-          f"{meta['airq.level']}, {int(meta['airq.train_steps']):,} steps, success {meta['airq.success_rate']} "
-          f"({meta['airq.success_eval']})")
+    print(
+        f"wrote {args.output} ({size / 1e6:.2f} MB): {meta['airq.preset']} {meta['airq.algorithm']} "
+        f"{meta['airq.level']}, {int(meta['airq.train_steps']):,} steps, success {meta['airq.success_rate']} "
+        f"({meta['airq.success_eval']})"
+    )
     return 0
 
 

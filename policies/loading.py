@@ -1,11 +1,12 @@
 """Load any policy for evaluation: a training run directory (SB3 checkpoint) or an ONNX file of any
 precision (fp32 from policies.export, int8 from quantize). Either way the result is a batch
 ``policy_fn(obs (n, obs_dim) float32) -> actions (n,)`` with deterministic (argmax) actions."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def load_policy(spec: str, checkpoint: str = "best", cfg=None) -> LoadedPolicy:
     """``spec``: a run directory, an ONNX file, or ``baseline:heuristic`` / ``baseline:random``
     (nav_env's scripted baselines, for paired comparisons; needs the level config ``cfg``)."""
     if spec.startswith(BASELINE_PREFIX):
-        return _load_baseline(spec[len(BASELINE_PREFIX):], cfg)
+        return _load_baseline(spec[len(BASELINE_PREFIX) :], cfg)
     path = Path(spec)
     if path.is_dir():
         return _load_run(path, checkpoint)
@@ -42,9 +43,12 @@ def _load_baseline(name: str, cfg) -> LoadedPolicy:
     from nav_env.baselines import BASELINES
 
     if name not in BASELINES:
-        raise UserError(f"unknown baseline {name!r} (known: {', '.join(BASELINE_PREFIX + b for b in sorted(BASELINES))})")
-    return LoadedPolicy(name, BASELINE_PREFIX + name, "baseline", cfg.obs_dim, BASELINES[name](cfg),
-                        {"airq.precision": "-"})
+        raise UserError(
+            f"unknown baseline {name!r} (known: {', '.join(BASELINE_PREFIX + b for b in sorted(BASELINES))})"
+        )
+    return LoadedPolicy(
+        name, BASELINE_PREFIX + name, "baseline", cfg.obs_dim, BASELINES[name](cfg), {"airq.precision": "-"}
+    )
 
 
 def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:
@@ -52,8 +56,13 @@ def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:
 
     cfg, model, ckpt = load_run(path, checkpoint)
     actor = actor_from_model(model)
-    meta = {"airq.preset": cfg.policy, "airq.algorithm": cfg.algo, "airq.level": cfg.level,
-            "airq.precision": "fp32", "checkpoint": str(ckpt)}
+    meta = {
+        "airq.preset": cfg.policy,
+        "airq.algorithm": cfg.algo,
+        "airq.level": cfg.level,
+        "airq.precision": "fp32",
+        "checkpoint": str(ckpt),
+    }
     return LoadedPolicy(path.name, str(path), "run", actor.obs_dim, torch_policy_fn(actor), meta)
 
 
@@ -79,18 +88,20 @@ def load_onnx(path: str | Path, threads: int = 1) -> LoadedPolicy:
         obs_dim = int(meta.get("airq.obs_dim", -1))
     outputs = [o.name for o in sess.get_outputs()]
     if "action" in outputs:
+
         def act(obs: np.ndarray) -> np.ndarray:
             return sess.run(["action"], {in_name: np.ascontiguousarray(obs, dtype=np.float32)})[0].astype(np.int64)
     else:  # a graph with only logits / Q-values: argmax here
+
         def act(obs: np.ndarray) -> np.ndarray:
             out = sess.run([outputs[0]], {in_name: np.ascontiguousarray(obs, dtype=np.float32)})[0]
             return np.argmax(out, axis=1).astype(np.int64)
+
     return LoadedPolicy(path.name, str(path), "onnx", obs_dim, act, meta)
 
 
 def check_obs_dim(policy: LoadedPolicy, env_obs_dim: int, level: str) -> None:
     if policy.obs_dim != env_obs_dim:
         raise UserError(
-            f"{policy.source}: policy takes observations of size {policy.obs_dim}, "
-            f"level {level!r} gives {env_obs_dim}"
+            f"{policy.source}: policy takes observations of size {policy.obs_dim}, level {level!r} gives {env_obs_dim}"
         )

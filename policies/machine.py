@@ -1,4 +1,5 @@
 """Machine description for model cards and benchmarks."""
+
 from __future__ import annotations
 
 import os
@@ -21,6 +22,10 @@ def machine_info() -> dict:
     import torch
 
     return {
-        "cpu": cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
     }

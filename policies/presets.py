@@ -5,6 +5,7 @@ be captured) and is what the device runtime executes cheapest. The deployed netw
 (PPO/A2C) or the Q-network (DQN); the critic is training-only, so Policy III gets a smaller critic
 (256, 256) to keep its PPO update affordable on 2 CPU cores.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ PRESETS: dict[str, Preset] = {
     "policy1": Preset("policy1", (64, 64, 64), (64, 64, 64), description="Policy I: 3 x 64"),
     "policy2": Preset("policy2", (256, 256, 256), (256, 256, 256), description="Policy II: 3 x 256"),
     "policy3": Preset(
-        "policy3", (4096, 512, 1024), (256, 256),
+        "policy3",
+        (4096, 512, 1024),
+        (256, 256),
         description="Policy III: 4096-512-1024 actor, smaller 256-256 critic (training only)",
     ),
 }

@@ -9,6 +9,7 @@ The run directory holds ``config.toml`` (resolved), ``checkpoints/latest.zip`` +
 ``final_model.zip``, ``tb/`` (TensorBoard) and ``metrics.json``.
 With --resume the run's own config.toml is used; only --steps (to extend a run) may be changed.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,27 +55,54 @@ def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
     from policies.actor import algo_class
 
     preset = get_preset(cfg.policy)
-    common = dict(env=venv, learning_rate=lr_schedule(cfg), gamma=cfg.gamma, seed=cfg.seed, device="cpu",
-                  tensorboard_log=tb_dir, verbose=0)
+    common = dict(
+        env=venv,
+        learning_rate=lr_schedule(cfg),
+        gamma=cfg.gamma,
+        seed=cfg.seed,
+        device="cpu",
+        tensorboard_log=tb_dir,
+        verbose=0,
+    )
     if cfg.algo == "dqn":
         return algo_class("dqn")(
-            "MlpPolicy", policy_kwargs=dict(net_arch=list(preset.actor), activation_fn=nn.ReLU),
-            buffer_size=cfg.buffer_size, learning_starts=cfg.learning_starts, batch_size=cfg.batch_size,
-            train_freq=cfg.train_freq, gradient_steps=cfg.gradient_steps,
+            "MlpPolicy",
+            policy_kwargs=dict(net_arch=list(preset.actor), activation_fn=nn.ReLU),
+            buffer_size=cfg.buffer_size,
+            learning_starts=cfg.learning_starts,
+            batch_size=cfg.batch_size,
+            train_freq=cfg.train_freq,
+            gradient_steps=cfg.gradient_steps,
             target_update_interval=max(cfg.target_update_interval // cfg.num_envs, 1),
-            exploration_fraction=cfg.exploration_fraction, exploration_final_eps=cfg.exploration_final_eps,
-            max_grad_norm=cfg.max_grad_norm, **common,
+            exploration_fraction=cfg.exploration_fraction,
+            exploration_final_eps=cfg.exploration_final_eps,
+            max_grad_norm=cfg.max_grad_norm,
+            **common,
         )
     policy_kwargs = dict(net_arch=dict(pi=list(preset.actor), vf=list(preset.critic)), activation_fn=nn.ReLU)
     if cfg.algo == "a2c":
         return algo_class("a2c")(
-            "MlpPolicy", policy_kwargs=policy_kwargs, n_steps=cfg.n_steps, gae_lambda=cfg.gae_lambda,
-            ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm, **common,
+            "MlpPolicy",
+            policy_kwargs=policy_kwargs,
+            n_steps=cfg.n_steps,
+            gae_lambda=cfg.gae_lambda,
+            ent_coef=cfg.ent_coef,
+            vf_coef=cfg.vf_coef,
+            max_grad_norm=cfg.max_grad_norm,
+            **common,
         )
     return algo_class("ppo")(
-        "MlpPolicy", policy_kwargs=policy_kwargs, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
-        n_epochs=cfg.n_epochs, gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range, ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm, **common,
+        "MlpPolicy",
+        policy_kwargs=policy_kwargs,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        **common,
     )
 
 

@@ -1,5 +1,6 @@
 """The training run: SB3 learn() with a callback that shows progress, evaluates on held-out seeds,
 keeps the best model and writes atomic, resumable checkpoints."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,16 @@ def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
     actor = actor_from_model(model)
     results = list(run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32))
     s = summarize(results)
-    keys = ("success_rate", "success_ci95", "collision_rate", "timeout_rate", "mean_return", "mean_steps",
-            "path_efficiency", "success_rate_by_zone")
+    keys = (
+        "success_rate",
+        "success_ci95",
+        "collision_rate",
+        "timeout_rate",
+        "mean_return",
+        "mean_steps",
+        "path_efficiency",
+        "success_rate_by_zone",
+    )
     return {k: s[k] for k in keys} | {"episodes": episodes, "seed": seed}
 
 
@@ -62,8 +71,15 @@ class RunCallback(BaseCallback):
         if self.cfg.progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.cfg.steps, initial=self.num_timesteps, unit="step", unit_scale=True,
-                            file=sys.stderr, dynamic_ncols=True, mininterval=1.0)
+            self.bar = tqdm(
+                total=self.cfg.steps,
+                initial=self.num_timesteps,
+                unit="step",
+                unit_scale=True,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=1.0,
+            )
 
     def _on_step(self) -> bool:
         now = time.perf_counter()
@@ -72,7 +88,9 @@ class RunCallback(BaseCallback):
             self._bar_steps = self.num_timesteps
             ts = self.train_success()
             zone = self.training_env.curriculum_zone
-            self.bar.set_postfix_str(f"train success {ts:.0%} zone {'all' if zone < 0 else zone}" if ts is not None else "")
+            self.bar.set_postfix_str(
+                f"train success {ts:.0%} zone {'all' if zone < 0 else zone}" if ts is not None else ""
+            )
             self._last_bar = now
         if self.num_timesteps >= self.next_eval:
             self.evaluate()
@@ -90,8 +108,12 @@ class RunCallback(BaseCallback):
     def evaluate(self) -> dict:
         result = evaluate_model(self.model, self.cfg, self.cfg.eval_episodes, self.cfg.eval_seed)
         zone = self.training_env.curriculum_zone
-        entry = {"timesteps": int(self.num_timesteps), "wall_s": round(self.wall_s(), 1),
-                 "train_success_rate": self.train_success(), "curriculum_zone": zone} | result
+        entry = {
+            "timesteps": int(self.num_timesteps),
+            "wall_s": round(self.wall_s(), 1),
+            "train_success_rate": self.train_success(),
+            "curriculum_zone": zone,
+        } | result
         self.metrics["evals"].append(entry)
         for key in ("success_rate", "collision_rate", "timeout_rate", "mean_return"):
             self.logger.record(f"eval/{key}", result[key])
@@ -100,9 +122,11 @@ class RunCallback(BaseCallback):
         if result["success_rate"] > best["success_rate"] or best["timesteps"] < 0:
             self.metrics["best"] = {"timesteps": int(self.num_timesteps), "success_rate": result["success_rate"]}
             save_atomic(self.model, self.run_dir / "best_model.zip")
-        msg = (f"[{self.num_timesteps:,}] held-out success {result['success_rate']:.1%} "
-               f"(collision {result['collision_rate']:.1%}, timeout {result['timeout_rate']:.1%}), "
-               f"zone {'all' if zone < 0 else zone}, {self.wall_s() / 60:.1f} min")
+        msg = (
+            f"[{self.num_timesteps:,}] held-out success {result['success_rate']:.1%} "
+            f"(collision {result['collision_rate']:.1%}, timeout {result['timeout_rate']:.1%}), "
+            f"zone {'all' if zone < 0 else zone}, {self.wall_s() / 60:.1f} min"
+        )
         (self.bar.write if self.bar is not None else print)(msg)
         self.write_metrics()
         return entry
@@ -112,15 +136,22 @@ class RunCallback(BaseCallback):
         previous state.json pointing at a complete, newer zip, which resumes correctly."""
         save_atomic(self.model, self.run_dir / "checkpoints" / "latest.zip")
         venv = self.training_env
-        self.state.update(timesteps=int(self.num_timesteps), train_wall_s=round(self.wall_s(), 1),
-                          curriculum_zone=int(venv.venv.curriculum.zone), graduated=bool(venv.graduated))
+        self.state.update(
+            timesteps=int(self.num_timesteps),
+            train_wall_s=round(self.wall_s(), 1),
+            curriculum_zone=int(venv.venv.curriculum.zone),
+            graduated=bool(venv.graduated),
+        )
         write_atomic(self.run_dir / "state.json", json.dumps(self.state, indent=1).encode())
         self.write_metrics()
 
     def write_metrics(self) -> None:
         wall = self.wall_s()
-        self.metrics.update(timesteps=int(self.num_timesteps), train_wall_s=round(wall, 1),
-                            env_steps_per_s=round(self.num_timesteps / wall, 1) if wall > 0 else None)
+        self.metrics.update(
+            timesteps=int(self.num_timesteps),
+            train_wall_s=round(wall, 1),
+            env_steps_per_s=round(self.num_timesteps / wall, 1) if wall > 0 else None,
+        )
         write_atomic(self.run_dir / "metrics.json", json.dumps(self.metrics, indent=1).encode())
 
 
@@ -128,8 +159,13 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
     from policies.train import build_model, make_vec_env, warm_start
 
     state: dict = {"restarts": 0}
-    metrics: dict = {"config": {k: v for k, v in vars(cfg).items()}, "machine": machine_info(), "evals": [],
-                     "best": {"timesteps": -1, "success_rate": -1.0}, "done": False}
+    metrics: dict = {
+        "config": {k: v for k, v in vars(cfg).items()},
+        "machine": machine_info(),
+        "evals": [],
+        "best": {"timesteps": -1, "success_rate": -1.0},
+        "done": False,
+    }
     if resume:
         state = json.loads((run_dir / "state.json").read_text())
         state["restarts"] = int(state.get("restarts", 0)) + 1
@@ -138,8 +174,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
     venv = make_vec_env(cfg, restart=state["restarts"])
     tb_dir = str(run_dir / "tb")
     if resume:
-        model = algo_class(cfg.algo).load(run_dir / "checkpoints" / "latest.zip", env=venv, device="cpu",
-                                          tensorboard_log=tb_dir)
+        model = algo_class(cfg.algo).load(
+            run_dir / "checkpoints" / "latest.zip", env=venv, device="cpu", tensorboard_log=tb_dir
+        )
         venv.set_curriculum_state(state.get("curriculum_zone", 0), state.get("graduated", False))
     else:
         model = build_model(cfg, venv, tb_dir)
@@ -149,8 +186,9 @@ def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
     remaining = cfg.steps - model.num_timesteps
     if remaining > 0:
         # reset_num_timesteps=False keeps the step count (and the linear LR schedule) across resumes
-        model.learn(remaining, callback=callback, reset_num_timesteps=not resume, tb_log_name=cfg.algo,
-                    progress_bar=False)
+        model.learn(
+            remaining, callback=callback, reset_num_timesteps=not resume, tb_log_name=cfg.algo, progress_bar=False
+        )
     else:
         callback.init_callback(model)
     # the last rollout can overshoot cfg.steps by < num_envs * n_steps; record what really ran

@@ -8,11 +8,13 @@ terminal state, so PPO bootstraps from the value), ``is_success`` and a Monitor-
 {r, l, t}. Only finished envs get a populated info dict: the others get an empty one, so a step
 costs a list of empty dicts rather than N rich ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode

@@ -23,6 +23,7 @@ is (``airq.widen.*``: method, camera, source file and sha256) and carries the la
 at every state the source acts on the same state's 32 x 32 observation, giving action agreement, and
 the success rate of both (the source over the same seeds at 32 x 32) is reported.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,7 +49,9 @@ MAX_IR_VERSION = 10  # onnxruntime <= 1.31 refuses newer IR versions (the locked
 def area_matrix(n_out: int, n_in: int) -> np.ndarray:
     """(n_out, n_in) float64: output cell i averages the input cells it overlaps, by overlap length."""
     if n_out < 1 or n_in < n_out:
-        raise UserError(f"cannot area-resample {n_in} cells to {n_out} (the large camera must be at least the source's size)")
+        raise UserError(
+            f"cannot area-resample {n_in} cells to {n_out} (the large camera must be at least the source's size)"
+        )
     m = np.zeros((n_out, n_in))
     for i in range(n_out):
         lo, hi = i * n_in / n_out, (i + 1) * n_in / n_out
@@ -62,7 +65,9 @@ def resample_operator(src_hw: tuple[int, int], dst_hw: tuple[int, int]) -> np.nd
     return np.kron(area_matrix(src_hw[0], dst_hw[0]), area_matrix(src_hw[1], dst_hw[1]))
 
 
-def widen_depth_weights(w_depth: np.ndarray, src_hw: tuple[int, int], dst_hw: tuple[int, int], chunk: int = 256) -> np.ndarray:
+def widen_depth_weights(
+    w_depth: np.ndarray, src_hw: tuple[int, int], dst_hw: tuple[int, int], chunk: int = 256
+) -> np.ndarray:
     """W_d (out, sh*sw) -> W_d R (out, dh*dw) float32, computed separably (rows, then columns) in
     output-row chunks so no (sh*sw) x (dh*dw) matrix is ever built."""
     rows, cols = area_matrix(src_hw[0], dst_hw[0]), area_matrix(src_hw[1], dst_hw[1])
@@ -169,10 +174,12 @@ def widen_model(source: str | Path, camera: str | tuple[int, int], output: str |
         cfg_dict = big_cfg.to_dict()
     cam = big_cfg.camera
     widen_meta = {
-        WIDEN_PREFIX + "method": (f"first-layer depth columns W ({n_hidden} x {n_pix}) composed with a fixed "
-                                  f"area-resampling operator R ({n_pix} x {dst_hw[0] * dst_hw[1]}, "
-                                  f"{dst_hw[0]}x{dst_hw[1]} -> {src_hw[0]}x{src_hw[1]}): W' = W R; state columns and "
-                                  "later layers unchanged; acts as the source on the area-downsampled image; not trained"),
+        WIDEN_PREFIX + "method": (
+            f"first-layer depth columns W ({n_hidden} x {n_pix}) composed with a fixed "
+            f"area-resampling operator R ({n_pix} x {dst_hw[0] * dst_hw[1]}, "
+            f"{dst_hw[0]}x{dst_hw[1]} -> {src_hw[0]}x{src_hw[1]}): W' = W R; state columns and "
+            "later layers unchanged; acts as the source on the area-downsampled image; not trained"
+        ),
         WIDEN_PREFIX + "camera": f"{dst_hw[0]}x{dst_hw[1]}",
         WIDEN_PREFIX + "source_camera": f"{src_hw[0]}x{src_hw[1]}",
         WIDEN_PREFIX + "source_file": source.name,
@@ -186,9 +193,14 @@ def widen_model(source: str | Path, camera: str | tuple[int, int], output: str |
             f"float32[{new_dim}]: [0:{new_dim - N_STATE_FEATURES}] depth {dst_hw[0]}x{dst_hw[1]} (height x width) row-major "
             f"from top-left, {cam.fov_deg:g} x {cam.vfov_deg or cam.fov_deg:g} degree view, /max_range {cam.max_range} m, "
             f"in [0,1]; [{new_dim - N_STATE_FEATURES}:{new_dim}] goal distance/arena diagonal, sin, cos of goal bearing "
-            "(ccw from nose), forward, left, up velocity/max_speed, yaw rate/max_yaw_rate, altitude/ceiling"),
-        "airq.success_eval": json.dumps({"source": f"the source policy {source.name} at {src_hw[0]}x{src_hw[1]} "
-                                                   "(airq.success_rate is the source's); see policies.widen --check-episodes"}),
+            "(ccw from nose), forward, left, up velocity/max_speed, yaw rate/max_yaw_rate, altitude/ceiling"
+        ),
+        "airq.success_eval": json.dumps(
+            {
+                "source": f"the source policy {source.name} at {src_hw[0]}x{src_hw[1]} "
+                "(airq.success_rate is the source's); see policies.widen --check-episodes"
+            }
+        ),
         **widen_meta,
     }
     merged = meta | updates
@@ -221,8 +233,15 @@ def _session(path: Path, threads: int = 1):
         raise UserError(f"{path}: not a loadable ONNX model ({first[:200]})") from None
 
 
-def check_large_policy(model: str | Path, source: str | Path, episodes: int = 50, seed: int = 0,
-                       level: str = "default", num_envs: int = 10, threads: int = 1) -> dict:
+def check_large_policy(
+    model: str | Path,
+    source: str | Path,
+    episodes: int = 50,
+    seed: int = 0,
+    level: str = "default",
+    num_envs: int = 10,
+    threads: int = 1,
+) -> dict:
     """Fly ``episodes`` seeded episodes (seeds seed..seed+N-1) with ``model`` at its own camera; the
     source acts on the same states' source-size observations (two envs in lockstep: the camera does
     not change the dynamics). Returns agreement, success of both (the source flying its own episodes
@@ -246,7 +265,9 @@ def check_large_policy(model: str | Path, source: str | Path, episodes: int = 50
     src_cfg = load_level(level, camera_overrides_from_metadata(src_meta))
     for sess, cfg, p in ((big_sess, big_cfg, model), (src_sess, src_cfg, source)):
         if sess.get_inputs()[0].shape[1] != cfg.obs_dim:
-            raise UserError(f"{p}: input size {sess.get_inputs()[0].shape[1]} does not match its camera's observation size {cfg.obs_dim}")
+            raise UserError(
+                f"{p}: input size {sess.get_inputs()[0].shape[1]} does not match its camera's observation size {cfg.obs_dim}"
+            )
 
     def act(sess, obs):
         return sess.run(["action"], {"obs": np.ascontiguousarray(obs, dtype=np.float32)})[0].astype(np.int64)
@@ -284,14 +305,23 @@ def check_large_policy(model: str | Path, source: str | Path, episodes: int = 50
     from nav_env.stats import wilson_interval
 
     return {
-        "model": str(model), "source": str(source), "level": level, "episodes": episodes, "seeds": [seed, seed + episodes - 1],
+        "model": str(model),
+        "source": str(source),
+        "level": level,
+        "episodes": episodes,
+        "seeds": [seed, seed + episodes - 1],
         "camera": f"{big_cfg.camera.height}x{big_cfg.camera.width}",
         "source_camera": f"{src_cfg.camera.height}x{src_cfg.camera.width}",
-        "action_agreement": same / total if total else None, "states": total,
-        "success_rate": k / episodes, "success_ci95": list(wilson_interval(k, episodes)),
-        "collision_rate": outcomes.count("collision") / episodes, "timeout_rate": outcomes.count("timeout") / episodes,
-        "source_success_rate": src_summary["success_rate"], "source_success_ci95": src_summary["success_ci95"],
-        "batched_inference_ms_per_state": 1e3 * infer_s / max(total, 1), "wall_s": wall,
+        "action_agreement": same / total if total else None,
+        "states": total,
+        "success_rate": k / episodes,
+        "success_ci95": list(wilson_interval(k, episodes)),
+        "collision_rate": outcomes.count("collision") / episodes,
+        "timeout_rate": outcomes.count("timeout") / episodes,
+        "source_success_rate": src_summary["success_rate"],
+        "source_success_ci95": src_summary["success_ci95"],
+        "batched_inference_ms_per_state": 1e3 * infer_s / max(total, 1),
+        "wall_s": wall,
     }
 
 
@@ -299,8 +329,17 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m policies.widen", description=__doc__.split("\n")[0])
     p.add_argument("source", help="the trained fp32 policy ONNX file (e.g. models/policy3_fp32.onnx)")
     p.add_argument("--camera", help="large depth image HEIGHTxWIDTH, e.g. 144x256 (Air Learning's) or 'airlearning'")
-    p.add_argument("-o", "--output", type=output_file, help="ONNX file to write (generated: keep it under out/ or .cache/, never commit it)")
-    p.add_argument("--check", metavar="MODEL", help="check an existing large model (e.g. its int8) against the source instead of building")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=output_file,
+        help="ONNX file to write (generated: keep it under out/ or .cache/, never commit it)",
+    )
+    p.add_argument(
+        "--check",
+        metavar="MODEL",
+        help="check an existing large model (e.g. its int8) against the source instead of building",
+    )
     p.add_argument("--check-episodes", type=int, default=0, help="seeded episodes for agreement and success (0: none)")
     p.add_argument("--seed", type=int, default=0, help="first episode seed of the check")
     p.add_argument("--level", default="default")
@@ -319,15 +358,19 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("building needs --camera HxW and -o OUTPUT (or use --check MODEL)")
         meta = widen_model(args.source, args.camera, args.output)
         target = Path(args.output)
-        print(f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB, {meta[WIDEN_PREFIX + 'seconds']} s): "
-              f"{meta[WIDEN_PREFIX + 'camera']} from {meta[WIDEN_PREFIX + 'source_file']} "
-              f"(sha256 {meta[WIDEN_PREFIX + 'source_sha256'][:12]})")
+        print(
+            f"wrote {target} ({target.stat().st_size / 1e6:.1f} MB, {meta[WIDEN_PREFIX + 'seconds']} s): "
+            f"{meta[WIDEN_PREFIX + 'camera']} from {meta[WIDEN_PREFIX + 'source_file']} "
+            f"(sha256 {meta[WIDEN_PREFIX + 'source_sha256'][:12]})"
+        )
     if args.check_episodes:
         r = check_large_policy(target, args.source, args.check_episodes, args.seed, args.level)
         lo, hi = r["success_ci95"]
-        print(f"{target.name} at {r['camera']} vs {Path(args.source).name} at {r['source_camera']}, {r['episodes']} episodes "
-              f"(seeds {r['seeds'][0]}-{r['seeds'][1]}): action agreement {r['action_agreement']:.2%} over {r['states']} states; "
-              f"success {r['success_rate']:.1%} ({lo:.1%}-{hi:.1%}), source {r['source_success_rate']:.1%}")
+        print(
+            f"{target.name} at {r['camera']} vs {Path(args.source).name} at {r['source_camera']}, {r['episodes']} episodes "
+            f"(seeds {r['seeds'][0]}-{r['seeds'][1]}): action agreement {r['action_agreement']:.2%} over {r['states']} states; "
+            f"success {r['success_rate']:.1%} ({lo:.1%}-{hi:.1%}), source {r['source_success_rate']:.1%}"
+        )
         if args.report:
             from nav_env.render import write_atomic
 

@@ -19,6 +19,7 @@ Two details the formula leaves open, decided here and documented in docs/quantiz
 
 A constant-zero tensor has delta = 0: it quantizes to itself.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

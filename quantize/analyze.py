@@ -4,6 +4,7 @@ per-layer quantization error (SQNR) for each bit width, like the seed's Figures 
 MODEL is an fp32 policy ONNX file or a policies.train run directory. SQNR is reported for the paper's
 formula (floor) and for the seed's code (round to nearest): the floor costs about 6 dB here.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.affine import affine_params, fake_quantize, sqnr_db
 from nav_env.render import figure_png
+from quantize.affine import affine_params, fake_quantize, sqnr_db
 from quantize.errors import QuantizeError
 
 ALL_BITS = list(range(2, 17))
@@ -22,8 +23,9 @@ def layer_weights(source: str | Path) -> tuple[str, list[tuple[str, np.ndarray]]
     """(name, [(layer name, weight matrix)]) in forward order."""
     path = Path(source)
     if path.is_dir():
-        from policies.actor import actor_from_model, load_run
         from torch import nn
+
+        from policies.actor import actor_from_model, load_run
 
         _, model, _ = load_run(path, "best")
         actor = actor_from_model(model)
@@ -37,8 +39,11 @@ def layer_weights(source: str | Path) -> tuple[str, list[tuple[str, np.ndarray]]
     if precision != "fp32":
         raise QuantizeError(f"{path}: analyze needs the fp32 model, this one is {precision}")
     inits = weight_initializers(pm.model)
-    layers = [(node.name or f"{node.op_type}{i}", inits[node.input[1]]) for i, node in enumerate(pm.model.graph.node)
-              if node.op_type in ("Gemm", "MatMul") and len(node.input) > 1 and node.input[1] in inits]
+    layers = [
+        (node.name or f"{node.op_type}{i}", inits[node.input[1]])
+        for i, node in enumerate(pm.model.graph.node)
+        if node.op_type in ("Gemm", "MatMul") and len(node.input) > 1 and node.input[1] in inits
+    ]
     if not layers:
         raise QuantizeError(f"{path}: no Gemm/MatMul weights found")
     return path.stem, [(n, w.astype(np.float32)) for n, w in layers]
@@ -47,8 +52,15 @@ def layer_weights(source: str | Path) -> tuple[str, list[tuple[str, np.ndarray]]
 def sqnr_table(layers: list[tuple[str, np.ndarray]], bits: list[int]) -> list[dict]:
     rows = []
     for name, w in layers:
-        row = {"layer": name, "shape": list(w.shape), "min": float(w.min()), "max": float(w.max()),
-               "std": float(w.std()), "sqnr_floor_db": {}, "sqnr_nearest_db": {}}
+        row = {
+            "layer": name,
+            "shape": list(w.shape),
+            "min": float(w.min()),
+            "max": float(w.max()),
+            "std": float(w.std()),
+            "sqnr_floor_db": {},
+            "sqnr_nearest_db": {},
+        }
         for b in bits:
             row["sqnr_floor_db"][b] = round(sqnr_db(w, fake_quantize(w, b, "floor")), 2)
             row["sqnr_nearest_db"][b] = round(sqnr_db(w, fake_quantize(w, b, "nearest")), 2)
@@ -72,7 +84,9 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
         if len(grid) <= 64:
             for g in grid:
                 ax.axvline(g, color="tab:red", lw=0.6, alpha=0.7)
-        label = ", ".join(f"{b}b {row['sqnr_floor_db'][b]:.0f}/{row['sqnr_nearest_db'][b]:.0f} dB" for b in sorted(bits, reverse=True))
+        label = ", ".join(
+            f"{b}b {row['sqnr_floor_db'][b]:.0f}/{row['sqnr_nearest_db'][b]:.0f} dB" for b in sorted(bits, reverse=True)
+        )
         ax.set_title(f"{name} {tuple(w.shape)}: SQNR floor/nearest {label}", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[-1, 0].set_xlabel(f"weight value (red: the {grid_bits}-bit grid of the seed's quantizer)")
@@ -82,8 +96,22 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for (name, w), color in zip(layers, plt.cm.tab10.colors):
-        ax.plot(ALL_BITS, [sqnr_db(w, fake_quantize(w, b, "nearest")) for b in ALL_BITS], "-o", ms=3, color=color, label=f"{name} nearest")
-        ax.plot(ALL_BITS, [sqnr_db(w, fake_quantize(w, b, "floor")) for b in ALL_BITS], "--", color=color, alpha=0.6, label=f"{name} floor")
+        ax.plot(
+            ALL_BITS,
+            [sqnr_db(w, fake_quantize(w, b, "nearest")) for b in ALL_BITS],
+            "-o",
+            ms=3,
+            color=color,
+            label=f"{name} nearest",
+        )
+        ax.plot(
+            ALL_BITS,
+            [sqnr_db(w, fake_quantize(w, b, "floor")) for b in ALL_BITS],
+            "--",
+            color=color,
+            alpha=0.6,
+            label=f"{name} floor",
+        )
     ax.set_xlabel("bits")
     ax.set_ylabel("SQNR (dB)")
     ax.set_title(f"{title}: per-layer weight SQNR", fontsize=10)

@@ -5,6 +5,7 @@ shared CPU hits all of them alike and the ratios stay meaningful. ``--cold`` ove
 than the last-level cache before each call, as on a Pi where the policy's weights are evicted by the
 rest of the control loop between decisions.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,9 @@ class BenchRow:
     host: str = ""  # CPU model and int8 kernel class of the machine that measured it
 
 
-def bench(paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 100, cold: bool = False,
-          seed: int = 0) -> list[BenchRow]:
+def bench(
+    paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 100, cold: bool = False, seed: int = 0
+) -> list[BenchRow]:
     if not paths:
         raise QuantizeError("bench needs at least one model")
     if calls < 10:
@@ -78,9 +80,19 @@ def bench(paths: list[str], calls: int = 2000, block: int = 50, warmup: int = 10
     for m, t in zip(models, times):
         a = np.asarray(t)
         scheme = int8_scheme_from_weights(m.model)
-        rows.append(BenchRow(m.path, m.metadata.get("airq.precision", "fp32"), len(m.data),
-                             float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.mean()), len(a),
-                             scheme["scheme"] if scheme else None, host))
+        rows.append(
+            BenchRow(
+                m.path,
+                m.metadata.get("airq.precision", "fp32"),
+                len(m.data),
+                float(np.percentile(a, 50)),
+                float(np.percentile(a, 99)),
+                float(a.mean()),
+                len(a),
+                scheme["scheme"] if scheme else None,
+                host,
+            )
+        )
     return rows
 
 
@@ -90,10 +102,17 @@ def format_table(rows: list[BenchRow], cold: bool) -> str:
     base = next((r for r in rows if r.precision == "fp32"), rows[0])
     head = f"batch 1, 1 thread, onnxruntime, {rows[0].calls} calls each, interleaved{', cold cache' if cold else ''}; ratios vs {base.path.name}"
     lines = [head, rows[0].host]
-    lines += [f"warning: {r.path.name}: not computed exactly here (scheme {r.int8_scheme})" for r in rows
-              if r.int8_scheme and not int8_kernels().exact_for(r.int8_scheme)]
-    lines += [f"{'model':<34} {'precision':<13} {'size':>12} {'p50 us':>9} {'p99 us':>9} {'speedup p50':>12} {'smaller':>8}"]
+    lines += [
+        f"warning: {r.path.name}: not computed exactly here (scheme {r.int8_scheme})"
+        for r in rows
+        if r.int8_scheme and not int8_kernels().exact_for(r.int8_scheme)
+    ]
+    lines += [
+        f"{'model':<34} {'precision':<13} {'size':>12} {'p50 us':>9} {'p99 us':>9} {'speedup p50':>12} {'smaller':>8}"
+    ]
     for r in rows:
-        lines.append(f"{r.path.name:<34} {r.precision:<13} {r.size_bytes:>12,} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
-                     f"{base.p50_us / r.p50_us:>11.2f}x {base.size_bytes / r.size_bytes:>7.2f}x")
+        lines.append(
+            f"{r.path.name:<34} {r.precision:<13} {r.size_bytes:>12,} {r.p50_us:>9.1f} {r.p99_us:>9.1f} "
+            f"{base.p50_us / r.p50_us:>11.2f}x {base.size_bytes / r.size_bytes:>7.2f}x"
+        )
     return "\n".join(lines)

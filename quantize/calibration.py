@@ -4,9 +4,10 @@ The seed's Pi deployment lost 11-15 points of success because activations were q
 calibration; ranges here come from the observation distribution the policy creates by acting, on
 seeds disjoint from training (10M+), training-time evaluation (1M+) and reported evaluation (0..N).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -21,8 +22,12 @@ HELDOUT_SEED = 3_000_000  # default held-out rollouts for action agreement: 3M +
 
 
 def collect_observations(
-    policy: Callable[[np.ndarray], np.ndarray], cfg: NavConfig, episodes: int, seed: int,
-    max_samples: int | None = None, num_envs: int = 16,
+    policy: Callable[[np.ndarray], np.ndarray],
+    cfg: NavConfig,
+    episodes: int,
+    seed: int,
+    max_samples: int | None = None,
+    num_envs: int = 16,
 ) -> np.ndarray:
     """Every observation the policy acted on in ``episodes`` seeded episodes (float32 [N, obs_dim]);
     a random subset of ``max_samples`` rows if given (seeded, so reproducible)."""

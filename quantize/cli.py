@@ -1,4 +1,5 @@
 """Command line of the quantize package (one sub-command per task; errors are one line, exit 2)."""
+
 from __future__ import annotations
 
 import argparse
@@ -43,30 +44,57 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", required=True, type=output_file)
     q.add_argument("--calibration-episodes", type=int, default=100)
     q.add_argument("--seed", type=int, default=None, help="first calibration episode seed (default 2000000)")
-    q.add_argument("--level", nargs="+", default=None,
-                   help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)")
+    q.add_argument(
+        "--level",
+        nargs="+",
+        default=None,
+        help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)",
+    )
     q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
     q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default=STATIC.quant_format)
-    q.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=STATIC.per_channel,
-                   help="int8: one weight scale per output channel (default; --no-per-channel: one per tensor)")
-    q.add_argument("--scheme", choices=tuple(INT8_SCHEMES), default=STATIC.scheme,
-                   help="int8 activation x weight types; u8s7 (weights in [-64, 64]) is exact on every CPU, u8s8 saturates "
-                        "on x86 without VNNI (docs/quantize.md)")
+    q.add_argument(
+        "--per-channel",
+        action=argparse.BooleanOptionalAction,
+        default=STATIC.per_channel,
+        help="int8: one weight scale per output channel (default; --no-per-channel: one per tensor)",
+    )
+    q.add_argument(
+        "--scheme",
+        choices=tuple(INT8_SCHEMES),
+        default=STATIC.scheme,
+        help="int8 activation x weight types; u8s7 (weights in [-64, 64]) is exact on every CPU, u8s8 saturates "
+        "on x86 without VNNI (docs/quantize.md)",
+    )
     q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
     q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default=STATIC.calibrate_method)
-    q.add_argument("--no-split-input", action="store_true",
-                   help="one scale for the whole first layer (depth and state columns together)")
-    q.add_argument("--float-split-sum", action=argparse.BooleanOptionalAction, default=STATIC.float_split_sum,
-                   help="the split first-layer QGemms output float into their Add (no second uint8 rounding); "
-                        "default: on where it applies (input split, QOperator)")
-    q.add_argument("--distill-steps", type=int, default=0,
-                   help="int8: train the integer codes toward the fp32 logits for N Adam steps per round (0: off)")
+    q.add_argument(
+        "--no-split-input",
+        action="store_true",
+        help="one scale for the whole first layer (depth and state columns together)",
+    )
+    q.add_argument(
+        "--float-split-sum",
+        action=argparse.BooleanOptionalAction,
+        default=STATIC.float_split_sum,
+        help="the split first-layer QGemms output float into their Add (no second uint8 rounding); "
+        "default: on where it applies (input split, QOperator)",
+    )
+    q.add_argument(
+        "--distill-steps",
+        type=int,
+        default=0,
+        help="int8: train the integer codes toward the fp32 logits for N Adam steps per round (0: off)",
+    )
     q.add_argument("--distill-episodes", type=int, default=1000, help="fp32 episodes per level for distillation data")
     q.add_argument("--distill-rounds", type=int, default=1, help="1 + DAgger rounds with int8 rollouts added")
     q.add_argument("--distill-dagger-episodes", type=int, default=100, help="int8 episodes per DAgger round and level")
     q.add_argument("--distill-lr", type=float, default=0.005, help="Adam learning rate in weight-code units")
-    q.add_argument("--distill-margin", type=float, default=0.0,
-                   help="also a hinge asking the fp32 action to lead by min(this, fp32 top-2 gap) (0: logit MSE only)")
+    q.add_argument(
+        "--distill-margin",
+        type=float,
+        default=0.0,
+        help="also a hinge asking the fp32 action to lead by min(this, fp32 top-2 gap) (0: logit MSE only)",
+    )
     q.add_argument("--distill-seed", type=int, default=0, help="torch seed for minibatches")
 
     i = sub.add_parser("inspect", help="print a model's interface, ops and quantization metadata")
@@ -89,7 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="per-layer weight histograms with the n-bit grid, SQNR per layer")
     a.add_argument("model", help="a policy ONNX file or a policies.train run directory")
     a.add_argument("--bits", type=_bits, nargs="+", default=[8, 6, 4, 2])
-    a.add_argument("--out", default=None, type=output_dir, help="output folder for the plot and table (default out/analyze/NAME)")
+    a.add_argument(
+        "--out", default=None, type=output_dir, help="output folder for the plot and table (default out/analyze/NAME)"
+    )
 
     t = sub.add_parser("qat", help="quantization-aware training (seed's Algorithm 2) of a run's actor")
     t.add_argument("run_dir")
@@ -101,17 +131,30 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--learning-rate", type=float, default=1e-4)
     t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--rounding", choices=("nearest", "floor"), default="nearest",
-                   help="weight rounding: nearest (default, the seed's code) or floor (the paper's formula as printed)")
-    t.add_argument("--bias-correction", action="store_true",
-                   help="at the end of the delay add (W - W_hat) E[x] to each bias (cancels the floor's shift)")
+    t.add_argument(
+        "--rounding",
+        choices=("nearest", "floor"),
+        default="nearest",
+        help="weight rounding: nearest (default, the seed's code) or floor (the paper's formula as printed)",
+    )
+    t.add_argument(
+        "--bias-correction",
+        action="store_true",
+        help="at the end of the delay add (W - W_hat) E[x] to each bias (cancels the floor's shift)",
+    )
 
     s = sub.add_parser("sweep", help="success rate per bit width x method (the seed's Figure 1)")
     s.add_argument("run_dir")
     s.add_argument("--bits", type=_bits, nargs="+", default=[8, 7, 6, 5, 4, 3, 2])
-    s.add_argument("--methods", nargs="+", type=_method, default=["ptq", "qat"], metavar="METHOD",
-                   help="plain names round weights to nearest; -floor the seed's formula: ptq ptq-floor ptq-weights "
-                        "ptq-weights-floor ptq-floor-bc qat qat-floor qat-floor-bc (default: ptq qat)")
+    s.add_argument(
+        "--methods",
+        nargs="+",
+        type=_method,
+        default=["ptq", "qat"],
+        metavar="METHOD",
+        help="plain names round weights to nearest; -floor the seed's formula: ptq ptq-floor ptq-weights "
+        "ptq-weights-floor ptq-floor-bc qat qat-floor qat-floor-bc (default: ptq qat)",
+    )
     s.add_argument("--episodes", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--level", default=None)
@@ -126,22 +169,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "ptq":
         from quantize.ptq import quantize_file
 
-        opts = StaticInt8Options(quant_format=args.quant_format, per_channel=args.per_channel,
-                                 keep_last_layer_fp32=not args.quantize_logits, calibrate_method=args.calibrate_method,
-                                 split_input=not args.no_split_input,
-                                 float_split_sum=args.float_split_sum,
-                                 scheme=args.scheme)
+        opts = StaticInt8Options(
+            quant_format=args.quant_format,
+            per_channel=args.per_channel,
+            keep_last_layer_fp32=not args.quantize_logits,
+            calibrate_method=args.calibrate_method,
+            split_input=not args.no_split_input,
+            float_split_sum=args.float_split_sum,
+            scheme=args.scheme,
+        )
         distill = None
         if args.distill_steps > 0:
             from quantize.distill import DistillOptions
 
-            distill = DistillOptions(steps=args.distill_steps, rounds=args.distill_rounds, dagger_episodes=args.distill_dagger_episodes,
-                                     lr=args.distill_lr, margin=args.distill_margin, seed=args.distill_seed)
+            distill = DistillOptions(
+                steps=args.distill_steps,
+                rounds=args.distill_rounds,
+                dagger_episodes=args.distill_dagger_episodes,
+                lr=args.distill_lr,
+                margin=args.distill_margin,
+                seed=args.distill_seed,
+            )
         elif args.distill_steps < 0:
             raise QuantizeError(f"--distill-steps must be >= 0, got {args.distill_steps}")
-        report = quantize_file(args.model, args.to, args.output, calibration_episodes=args.calibration_episodes,
-                               seed=args.seed, levels=args.level, heldout_episodes=args.heldout_episodes, options=opts,
-                               distill=distill, distill_episodes=args.distill_episodes)
+        report = quantize_file(
+            args.model,
+            args.to,
+            args.output,
+            calibration_episodes=args.calibration_episodes,
+            seed=args.seed,
+            levels=args.level,
+            heldout_episodes=args.heldout_episodes,
+            options=opts,
+            distill=distill,
+            distill_episodes=args.distill_episodes,
+        )
         print(report.line())
     elif args.command == "inspect":
         import json
@@ -161,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             from nav_env.render import write_atomic
 
-            write_atomic(args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode())
+            write_atomic(
+                args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode()
+            )
     elif args.command == "card":
         from quantize.card import write_card
 

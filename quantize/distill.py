@@ -31,6 +31,7 @@ Seeds: distillation data = the calibration episodes (default 2,000,000 + j); DAg
 ``episodes`` int8 episodes at 2,500,000 + 10,000 r + j; minibatches and nothing else are drawn from
 ``torch.Generator(seed)``. Held-out agreement (3,000,000 + j) and evaluation (0..N-1) stay disjoint.
 """
+
 from __future__ import annotations
 
 import copy
@@ -60,7 +61,7 @@ class DistillOptions:
     batch: int = 512
     seed: int = 0
 
-    def check(self) -> "DistillOptions":
+    def check(self) -> DistillOptions:
         if self.steps < 1:
             raise QuantizeError(f"--distill-steps must be >= 1, got {self.steps}")
         if self.rounds < 1:
@@ -99,9 +100,13 @@ class QuantGraph(nn.Module):
         self.inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
         bad = sorted({n.op_type for n in g.node if n.op_type not in SUPPORTED_OPS})
         if bad:
-            raise QuantizeError(f"distillation supports static int8 QOperator graphs of Gemm layers; found {', '.join(bad)}")
+            raise QuantizeError(
+                f"distillation supports static int8 QOperator graphs of Gemm layers; found {', '.join(bad)}"
+            )
         if not any(n.op_type == "QGemm" for n in g.node):
-            raise QuantizeError("distillation needs a static int8 QOperator model (no QGemm found; QDQ format is not supported)")
+            raise QuantizeError(
+                "distillation needs a static int8 QOperator model (no QGemm found; QDQ format is not supported)"
+            )
         self.nodes = list(g.node)
         self.codes = nn.ParameterDict()  # QGemm weights in code units
         self.reals = nn.ParameterDict()  # QGemm biases and fp32 Gemm weights/biases in real units
@@ -114,11 +119,17 @@ class QuantGraph(nn.Module):
                 if np.any(self.inits[node.input[5]] != 0):
                     raise QuantizeError(f"{node.name}: asymmetric int8 weights are not supported")
                 if np.abs(self.inits[w].astype(np.int32)).max(initial=0) > weight_max:
-                    raise QuantizeError(f"{node.name}: weight codes exceed the scheme's range [-{weight_max}, {weight_max}]")
+                    raise QuantizeError(
+                        f"{node.name}: weight codes exceed the scheme's range [-{weight_max}, {weight_max}]"
+                    )
                 self._add(self.codes, w, self.inits[w].astype(np.float32))
                 if len(node.input) > 6 and node.input[6]:
                     scale = self._bias_scale(node)
-                    self._add(self.reals, node.input[6], (self.inits[node.input[6]].astype(np.float64) * scale).astype(np.float32))
+                    self._add(
+                        self.reals,
+                        node.input[6],
+                        (self.inits[node.input[6]].astype(np.float64) * scale).astype(np.float32),
+                    )
             elif node.op_type == "Gemm":
                 for name in node.input[1:3]:
                     if name in self.inits and self.inits[name].dtype == np.float32:
@@ -254,16 +265,21 @@ def _loss(logits: torch.Tensor, target: torch.Tensor, action: torch.Tensor, opts
     return mse + opts.margin_weight * torch.mean(torch.relu(want - _gap(logits, action)))
 
 
-def train_codes(graph: QuantGraph, obs: np.ndarray, teacher_logits: np.ndarray, opts: DistillOptions,
-                generator: torch.Generator) -> dict:
+def train_codes(
+    graph: QuantGraph, obs: np.ndarray, teacher_logits: np.ndarray, opts: DistillOptions, generator: torch.Generator
+) -> dict:
     """``opts.steps`` Adam steps of the distillation loss on (obs, fp32 logits); returns loss figures."""
     x = torch.as_tensor(obs, dtype=torch.float32)
     t = torch.as_tensor(teacher_logits, dtype=torch.float32)
     action = torch.argmax(t, dim=1)
-    optim = torch.optim.Adam([{"params": list(graph.codes.values()), "lr": opts.lr},
-                              {"params": list(graph.reals.values()), "lr": opts.lr * 1e-2}])
+    optim = torch.optim.Adam(
+        [
+            {"params": list(graph.codes.values()), "lr": opts.lr},
+            {"params": list(graph.reals.values()), "lr": opts.lr * 1e-2},
+        ]
+    )
     first = last = None
-    for step in range(opts.steps):
+    for _ in range(opts.steps):
         idx = torch.randint(0, len(x), (min(opts.batch, len(x)),), generator=generator)
         loss = _loss(graph(x[idx]), t[idx], action[idx], opts)
         optim.zero_grad()
@@ -274,8 +290,9 @@ def train_codes(graph: QuantGraph, obs: np.ndarray, teacher_logits: np.ndarray, 
     return {"first_loss": first, "last_loss": last}
 
 
-def distill_static_int8(model: onnx.ModelProto, teacher, obs: np.ndarray, opts: DistillOptions,
-                        rollout=None, weight_max: int = INT8_MAX) -> tuple[onnx.ModelProto, dict]:
+def distill_static_int8(
+    model: onnx.ModelProto, teacher, obs: np.ndarray, opts: DistillOptions, rollout=None, weight_max: int = INT8_MAX
+) -> tuple[onnx.ModelProto, dict]:
     """Fine-tune the integer codes of ``model`` (a quantize.ptq static int8 QOperator model).
 
     ``teacher(obs) -> logits`` is the fp32 source; ``obs`` the fp32-policy observations (calibration
@@ -302,8 +319,14 @@ def distill_static_int8(model: onnx.ModelProto, teacher, obs: np.ndarray, opts: 
         fit = train_codes(graph, data, labels, opts, gen)
         with torch.no_grad():
             after = float(np.mean(np.argmax(graph(torch.as_tensor(data)).numpy(), 1) == np.argmax(labels, 1)))
-        summary["rounds"].append({"samples": int(len(data)), "train_agreement_before": round(before, 6),
-                                  "train_agreement_after": round(after, 6), **{k: round(v, 6) for k, v in fit.items()}})
+        summary["rounds"].append(
+            {
+                "samples": int(len(data)),
+                "train_agreement_before": round(before, 6),
+                "train_agreement_after": round(after, 6),
+                **{k: round(v, 6) for k, v in fit.items()},
+            }
+        )
     out = graph.to_onnx()
     changed, total = 0, 0
     before_w = {n.input[3]: graph.inits[n.input[3]] for n in graph.nodes if n.op_type == "QGemm"}

@@ -1,4 +1,5 @@
 """The quantize CLI's user errors: airq_cli's contract (one line, exit 2)."""
+
 from __future__ import annotations
 
 from airq_cli import UserError, run

@@ -5,6 +5,7 @@ sweep and QAT only exist in torch, so they go through the same nav_env.rollout.r
 summarize / paired_difference that policies.evaluate uses. Episode j = reset(seed=seed + j) for every
 policy, so results pair up episode by episode.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,9 @@ def torch_policy(actor: nn.Module):
     return act
 
 
-def evaluate_actor(actor: nn.Module, cfg: NavConfig, episodes: int, seed: int, num_envs: int = 32) -> list[EpisodeResult]:
+def evaluate_actor(
+    actor: nn.Module, cfg: NavConfig, episodes: int, seed: int, num_envs: int = 32
+) -> list[EpisodeResult]:
     actor.eval()
     return sorted(run_episodes(torch_policy(actor), cfg, episodes, seed, num_envs=num_envs), key=lambda r: r.episode)
 
@@ -38,5 +41,10 @@ def compare(reference: list[EpisodeResult], candidate: list[EpisodeResult]) -> d
     """summary of the candidate plus its paired success-rate difference to the reference."""
     s = summarize(candidate)
     d = paired_difference(success_vector(reference), success_vector(candidate))
-    return {"success_rate": s["success_rate"], "success_ci95": s["success_ci95"], "collision_rate": s["collision_rate"],
-            "mean_return": s["mean_return"], "paired_diff": d}
+    return {
+        "success_rate": s["success_rate"],
+        "success_ci95": s["success_ci95"],
+        "collision_rate": s["collision_rate"],
+        "mean_return": s["mean_return"],
+        "paired_diff": d,
+    }

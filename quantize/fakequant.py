@@ -18,6 +18,7 @@ through ``torch.fake_quantize_per_tensor_affine``, whose straight-through gradie
 * activations round to nearest (what QuantizeLinear does on the device), with delta and z from the
   seed's formula applied to the monitored range.
 """
+
 from __future__ import annotations
 
 import copy
@@ -92,7 +93,9 @@ class QuantLinear(nn.Module):
 class QuantBody(nn.Module):
     """obs -> [actq] -> (QuantLinear -> ReLU -> actq) x hidden: drop-in for SB3's policy_net."""
 
-    def __init__(self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"):
+    def __init__(
+        self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"
+    ):
         super().__init__()
         layers = list(body)
         if not layers or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers):
@@ -117,16 +120,24 @@ class QuantBody(nn.Module):
 class FakeQuantActor(nn.Module):
     """(action, logits) like policies.actor.DiscreteActor, with n-bit fake quantization."""
 
-    def __init__(self, body: nn.Module, head: nn.Linear, obs_dim: int, bits: int, quantize_activations: bool = True,
-                 rounding: Rounding = "nearest"):
+    def __init__(
+        self,
+        body: nn.Module,
+        head: nn.Linear,
+        obs_dim: int,
+        bits: int,
+        quantize_activations: bool = True,
+        rounding: Rounding = "nearest",
+    ):
         super().__init__()
         self.bits, self.obs_dim, self.rounding = check_bits(bits), obs_dim, rounding
         self.body = body if isinstance(body, QuantBody) else QuantBody(body, bits, quantize_activations, rounding)
         self.head = head if isinstance(head, QuantLinear) else QuantLinear(head, bits, rounding)
 
     @classmethod
-    def from_actor(cls, actor: nn.Module, bits: int, quantize_activations: bool = True,
-                   rounding: Rounding = "nearest") -> "FakeQuantActor":
+    def from_actor(
+        cls, actor: nn.Module, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"
+    ) -> FakeQuantActor:
         """A copy of a DiscreteActor (body Sequential + head Linear) with quantizers inserted."""
         a = copy.deepcopy(actor)
         first = next(m for m in a.body.modules() if isinstance(m, nn.Linear))

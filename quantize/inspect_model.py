@@ -1,4 +1,5 @@
 """``python -m quantize inspect MODEL.onnx``: interface, ops, weight bytes by type and all metadata."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,13 @@ from onnx import numpy_helper
 from quantize.model_io import QUANT_PREFIX, load_policy
 
 # integer matmul ops: (input index of the weights, input index of the activations)
-INTEGER_MATMULS = {"QGemm": (3, 0), "QLinearMatMul": (3, 0), "MatMulInteger": (1, 0), "DynamicQuantizeMatMul": (1, None),
-                   "MatMulIntegerToFloat": (1, 0)}
+INTEGER_MATMULS = {
+    "QGemm": (3, 0),
+    "QLinearMatMul": (3, 0),
+    "MatMulInteger": (1, 0),
+    "DynamicQuantizeMatMul": (1, None),
+    "MatMulIntegerToFloat": (1, 0),
+}
 
 
 def int8_scheme_from_weights(model: onnx.ModelProto) -> dict | None:
@@ -64,8 +70,12 @@ def int8_scheme_from_weights(model: onnx.ModelProto) -> dict | None:
         scheme = f"{act}u8"
     else:
         scheme = "s8s8" if act == "s8" else ("u8s7" if largest <= 64 else "u8s8")
-    return {"scheme": scheme, "largest_weight_code": largest, "weight_types": sorted(weight_types),
-            "activation_types": sorted(act_types)}
+    return {
+        "scheme": scheme,
+        "largest_weight_code": largest,
+        "weight_types": sorted(weight_types),
+        "activation_types": sorted(act_types),
+    }
 
 
 def describe(path: str | Path) -> dict:
@@ -85,8 +95,11 @@ def describe(path: str | Path) -> dict:
             count *= d
         weight_bytes[dtype.name] += count * dtype.itemsize
     return {
-        "file": str(pm.path), "size_bytes": len(pm.data), "sha256": pm.sha256,
-        "ir_version": pm.model.ir_version, "opsets": {o.domain or "ai.onnx": o.version for o in pm.model.opset_import},
+        "file": str(pm.path),
+        "size_bytes": len(pm.data),
+        "sha256": pm.sha256,
+        "ir_version": pm.model.ir_version,
+        "opsets": {o.domain or "ai.onnx": o.version for o in pm.model.opset_import},
         "inputs": {i.name: shape(i) for i in graph.input if i.name not in {t.name for t in graph.initializer}},
         "outputs": {o.name: shape(o) for o in graph.output},
         "ops": dict(Counter(n.op_type for n in graph.node)),
@@ -117,11 +130,13 @@ def format_text(info: dict) -> str:
     ]
     if info.get("int8"):
         i8 = info["int8"]
-        lines.append(f"  int8    scheme {i8['scheme']} (largest weight code {i8['largest_weight_code']}), "
-                     f"{'exact' if i8['exact_here'] else 'NOT exact'} on this host: {i8['host_kernels']}")
+        lines.append(
+            f"  int8    scheme {i8['scheme']} (largest weight code {i8['largest_weight_code']}), "
+            f"{'exact' if i8['exact_here'] else 'NOT exact'} on this host: {i8['host_kernels']}"
+        )
     meta = info["metadata"]
     plain = {k: v for k, v in meta.items() if not k.startswith(QUANT_PREFIX)}
-    quant = {k[len(QUANT_PREFIX):]: v for k, v in meta.items() if k.startswith(QUANT_PREFIX)}
+    quant = {k[len(QUANT_PREFIX) :]: v for k, v in meta.items() if k.startswith(QUANT_PREFIX)}
     lines.append("  metadata:")
     for k, v in plain.items():
         lines.append(f"    {k} = {v if len(v) <= 100 else v[:97] + '...'}")
@@ -134,7 +149,9 @@ def format_text(info: dict) -> str:
         if "layer_scales" in quant:
             lines.append("    layer scales (tensor: scale, zero point):")
             for name, entry in json.loads(quant["layer_scales"]).items():
-                scale = entry.get("scale", f"{entry.get('scale_min')}..{entry.get('scale_max')} ({entry.get('channels')} ch)")
+                scale = entry.get(
+                    "scale", f"{entry.get('scale_min')}..{entry.get('scale_max')} ({entry.get('channels')} ch)"
+                )
                 lines.append(f"      {name}: {scale}, zp {entry.get('zero_point', '-')} {entry.get('dtype', '')}")
     else:
         lines.append("  quantization: none (no airq.quant.* metadata)")

@@ -4,6 +4,7 @@ Contract: one input ``obs`` float32 [batch, obs_dim]; outputs ``action`` int64 [
 float32 [batch, n_actions]; metadata_props ``airq.*``. Every write is atomic (temp file + rename), so
 a failed quantization never leaves a partial output file behind.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,7 +70,9 @@ def load_policy(path: str | Path, expected_obs_dim: int | None = None) -> Policy
         model = onnx.load_from_string(data)
         onnx.checker.check_model(model)
     except Exception as e:  # DecodeError, ValidationError...: all mean "not a usable ONNX file"
-        raise QuantizeError(f"{path}: not a valid ONNX model (truncated or another format): {type(e).__name__}") from None
+        raise QuantizeError(
+            f"{path}: not a valid ONNX model (truncated or another format): {type(e).__name__}"
+        ) from None
     if len(model.graph.node) == 0:
         raise QuantizeError(f"{path}: not a valid ONNX model (empty graph; truncated?)")
     inputs = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
@@ -85,11 +88,17 @@ def load_policy(path: str | Path, expected_obs_dim: int | None = None) -> Policy
     if obs_dim is None:
         raise QuantizeError(f"{path}: input width unknown (dynamic, and no airq.obs_dim metadata)")
     if expected_obs_dim is not None and obs_dim != expected_obs_dim:
-        raise QuantizeError(f"{path}: input size {obs_dim} does not match the env's observation size {expected_obs_dim}")
+        raise QuantizeError(
+            f"{path}: input size {obs_dim} does not match the env's observation size {expected_obs_dim}"
+        )
     outputs = {o.name: o for o in model.graph.output}
     if "logits" not in outputs or "action" not in outputs:
         raise QuantizeError(f"{path}: expected outputs 'action' and 'logits', found {sorted(outputs)}")
-    n_actions = _dim(outputs["logits"].type.tensor_type.shape, 1) if len(outputs["logits"].type.tensor_type.shape.dim) == 2 else None
+    n_actions = (
+        _dim(outputs["logits"].type.tensor_type.shape, 1)
+        if len(outputs["logits"].type.tensor_type.shape.dim) == 2
+        else None
+    )
     if n_actions is None:
         space = meta.get("airq.action_space", "")
         n_actions = int(space.split(":")[1]) if space.startswith("discrete:") else 0

@@ -1,5 +1,6 @@
 """The options of static int8 quantization, apart from the quantizer: the CLI reads its defaults
 from here while parsing, before onnx and onnxruntime are imported."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ INT8_SCHEMES = {
     "u8u8": Int8Scheme("QUInt8", "QUInt8", False, "activations uint8, weights uint8 with zero point"),
     "s8s8": Int8Scheme("QInt8", "QInt8", False, "activations int8, weights int8 in [-127, 127]"),
 }
+
 
 @dataclass
 class StaticInt8Options:

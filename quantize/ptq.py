@@ -13,12 +13,14 @@
 * ``fp16``: weights and compute in fp16, inputs/outputs kept fp32 (the file halves; this CPU runs
   it no faster).
 """
+
 from __future__ import annotations
 
 import copy
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -27,6 +29,9 @@ from onnx import numpy_helper
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, set_metadata
 from quantize.options import INT8_SCHEMES, Int8Scheme, StaticInt8Options  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:  # torch is imported only when distillation runs
+    from quantize.distill import DistillOptions
 
 TARGETS = ("int8", "int8-dynamic", "fp16")
 
@@ -98,7 +103,6 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
     prepared = prepared_copy(src.model)
     if opts.split_input:
         from nav_env.config import N_STATE_FEATURES
-
         from quantize.split_input import split_first_layer
 
         split_first_layer(prepared, src.obs_dim - N_STATE_FEATURES)
@@ -112,11 +116,18 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
 
     def run(a: str, b: str) -> None:
         quantize_static(
-            a, b, ObservationReader(calibration_obs, equal_batches=opts.calibrate_method != "minmax"), quant_format=fmt, per_channel=opts.per_channel,
-            activation_type=getattr(QuantType, scheme.activation_type), weight_type=getattr(QuantType, scheme.weight_type),
+            a,
+            b,
+            ObservationReader(calibration_obs, equal_batches=opts.calibrate_method != "minmax"),
+            quant_format=fmt,
+            per_channel=opts.per_channel,
+            activation_type=getattr(QuantType, scheme.activation_type),
+            weight_type=getattr(QuantType, scheme.weight_type),
             reduce_range=scheme.reduce_range,
             op_types_to_quantize=list(LINEAR_OPS) + ["Relu"],
-            nodes_to_exclude=[last] if last else None, calibrate_method=method, extra_options=dict(opts.extra),
+            nodes_to_exclude=[last] if last else None,
+            calibrate_method=method,
+            extra_options=dict(opts.extra),
         )
 
     out = _run_quantizer(prepared, run)
@@ -128,7 +139,9 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
     return out
 
 
-def quantize_dynamic_int8(src: PolicyModel, keep_last_layer_fp32: bool = False, scheme: str = "u8s7") -> onnx.ModelProto:
+def quantize_dynamic_int8(
+    src: PolicyModel, keep_last_layer_fp32: bool = False, scheme: str = "u8s7"
+) -> onnx.ModelProto:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if scheme not in ("u8s7", "u8s8"):
@@ -138,9 +151,15 @@ def quantize_dynamic_int8(src: PolicyModel, keep_last_layer_fp32: bool = False, 
     last = logits_layer(prepared) if keep_last_layer_fp32 else None
 
     def run(a: str, b: str) -> None:
-        quantize_dynamic(a, b, op_types_to_quantize=list(LINEAR_OPS), per_channel=False,
-                         weight_type=QuantType.QInt8, nodes_to_exclude=[last] if last else None,
-                         reduce_range=INT8_SCHEMES[scheme].reduce_range)
+        quantize_dynamic(
+            a,
+            b,
+            op_types_to_quantize=list(LINEAR_OPS),
+            per_channel=False,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=[last] if last else None,
+            reduce_range=INT8_SCHEMES[scheme].reduce_range,
+        )
 
     out = _run_quantizer(prepared, run)
     if not out.metadata_props:
@@ -184,8 +203,15 @@ def scales_summary(model: onnx.ModelProto) -> dict[str, dict]:
             continue
         base = name[: -len("_scale")]
         scale = numpy_helper.to_array(tensor).astype(np.float64).ravel()
-        entry: dict = {"scale": float(f"{scale[0]:.6g}")} if scale.size == 1 else {
-            "scale_min": float(f"{scale.min():.6g}"), "scale_max": float(f"{scale.max():.6g}"), "channels": int(scale.size)}
+        entry: dict = (
+            {"scale": float(f"{scale[0]:.6g}")}
+            if scale.size == 1
+            else {
+                "scale_min": float(f"{scale.min():.6g}"),
+                "scale_max": float(f"{scale.max():.6g}"),
+                "channels": int(scale.size),
+            }
+        )
         zp = inits.get(base + "_zero_point")
         if zp is not None:
             z = numpy_helper.to_array(zp).ravel()
@@ -195,8 +221,9 @@ def scales_summary(model: onnx.ModelProto) -> dict[str, dict]:
     return summary
 
 
-def quantization_metadata(src: PolicyModel, precision: str, method: str, bits: int, extra: dict,
-                          scales: dict | None) -> dict[str, str]:
+def quantization_metadata(
+    src: PolicyModel, precision: str, method: str, bits: int, extra: dict, scales: dict | None
+) -> dict[str, str]:
     values = {
         "airq.precision": precision,
         QUANT_PREFIX + "source_sha256": src.sha256,
@@ -232,9 +259,15 @@ class PtqReport:
     heldout_agreement: float | None
 
     def line(self) -> str:
-        agree = f", held-out action agreement {self.heldout_agreement:.2%} over {self.heldout_samples} obs" if self.heldout_agreement is not None else ""
-        return (f"{self.output}: {self.target}, {self.size_bytes:,} bytes ({self.source_size_bytes / self.size_bytes:.2f}x smaller)"
-                f"{agree}")
+        agree = (
+            f", held-out action agreement {self.heldout_agreement:.2%} over {self.heldout_samples} obs"
+            if self.heldout_agreement is not None
+            else ""
+        )
+        return (
+            f"{self.output}: {self.target}, {self.size_bytes:,} bytes ({self.source_size_bytes / self.size_bytes:.2f}x smaller)"
+            f"{agree}"
+        )
 
 
 def resolve_levels(levels: list[str] | None, metadata: dict[str, str]) -> list[str]:
@@ -263,8 +296,17 @@ def torch_version() -> str:
     return torch.__version__
 
 
-def distill_model(out: onnx.ModelProto, src_session, act, cfgs: list, episodes: int, seed: int, max_samples: int,
-                  distill, weight_max: int) -> tuple[onnx.ModelProto, dict]:
+def distill_model(
+    out: onnx.ModelProto,
+    src_session,
+    act,
+    cfgs: list,
+    episodes: int,
+    seed: int,
+    max_samples: int,
+    distill,
+    weight_max: int,
+) -> tuple[onnx.ModelProto, dict]:
     """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
     fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
     from quantize.calibration import collect_observations
@@ -279,22 +321,31 @@ def distill_model(out: onnx.ModelProto, src_session, act, cfgs: list, episodes: 
 
     def rollout(model: onnx.ModelProto, r: int) -> np.ndarray:
         student = policy_fn(session(serialize(model)))
-        return np.concatenate([collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r)
-                               for cfg in cfgs])
+        return np.concatenate(
+            [collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r) for cfg in cfgs]
+        )
 
     return distill_static_int8(out, teacher, obs, distill, rollout, weight_max)
 
 
 def quantize_file(
-    model_path: str | Path, target: str, output: str | Path, *, calibration_episodes: int = 100,
-    seed: int | None = None, levels: list[str] | None = None, heldout_episodes: int = 20,
-    max_calibration_samples: int = 20_000, options: StaticInt8Options | None = None,
-    distill: "DistillOptions | None" = None, distill_episodes: int = 1000, max_distill_samples: int = 200_000,
+    model_path: str | Path,
+    target: str,
+    output: str | Path,
+    *,
+    calibration_episodes: int = 100,
+    seed: int | None = None,
+    levels: list[str] | None = None,
+    heldout_episodes: int = 20,
+    max_calibration_samples: int = 20_000,
+    options: StaticInt8Options | None = None,
+    distill: DistillOptions | None = None,
+    distill_episodes: int = 1000,
+    max_distill_samples: int = 200_000,
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
     from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
-
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED
     from quantize.model_io import load_policy, save_atomic, serialize
     from quantize.runtime import policy_fn, run_logits, session
@@ -319,13 +370,18 @@ def quantize_file(
         if distill_episodes < 1:
             raise QuantizeError(f"--distill-episodes must be >= 1, got {distill_episodes}")
         first = CALIBRATION_SEED if seed is None else seed
-        spans = [("distillation", first, first + distill_episodes), ("held-out", HELDOUT_SEED, HELDOUT_SEED + heldout_episodes)]
+        spans = [
+            ("distillation", first, first + distill_episodes),
+            ("held-out", HELDOUT_SEED, HELDOUT_SEED + heldout_episodes),
+        ]
         if distill.rounds > 1:
-            spans.append(("DAgger", DAGGER_SEED + 10_000, DAGGER_SEED + 10_000 * (distill.rounds - 1) + distill.dagger_episodes))
+            spans.append(
+                ("DAgger", DAGGER_SEED + 10_000, DAGGER_SEED + 10_000 * (distill.rounds - 1) + distill.dagger_episodes)
+            )
             if distill.dagger_episodes > 10_000:
                 raise QuantizeError("--distill-dagger-episodes must be <= 10000 (each round has 10,000 seeds)")
         for i, (na, a0, a1) in enumerate(spans):
-            for nb, b0, b1 in spans[i + 1:]:
+            for nb, b0, b1 in spans[i + 1 :]:
                 if a0 < b1 and b0 < a1:
                     raise QuantizeError(f"{na} seeds {a0}..{a1 - 1} overlap {nb} seeds {b0}..{b1 - 1}")
     # Peek at the metadata for the level before checking the input size against that level's env.
@@ -336,7 +392,9 @@ def quantize_file(
     src = load_policy(model_path, expected_obs_dim=cfgs[0].obs_dim)
     for name, cfg in zip(level_names, cfgs):
         if cfg.obs_dim != src.obs_dim:
-            raise QuantizeError(f"{src.path}: input size {src.obs_dim} does not match level {name!r}'s observation size {cfg.obs_dim}")
+            raise QuantizeError(
+                f"{src.path}: input size {src.obs_dim} does not match level {name!r}'s observation size {cfg.obs_dim}"
+            )
     if src.metadata.get("airq.precision", "fp32") not in ("fp32", ""):
         raise QuantizeError(f"{src.path}: already {src.metadata['airq.precision']}; quantize the fp32 model")
     try:
@@ -351,45 +409,89 @@ def quantize_file(
         obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples)
         out = quantize_static_int8(src, obs, opts)
         if distill is not None:
-            out, distill_summary = distill_model(out, src_session, act, cfgs, distill_episodes, calib_seed,
-                                                 max_distill_samples, distill, INT8_SCHEMES[opts.scheme].weight_max)
+            out, distill_summary = distill_model(
+                out,
+                src_session,
+                act,
+                cfgs,
+                distill_episodes,
+                calib_seed,
+                max_distill_samples,
+                distill,
+                INT8_SCHEMES[opts.scheme].weight_max,
+            )
         scheme = INT8_SCHEMES[opts.scheme]
-        method = f"onnxruntime static int8 {opts.quant_format.upper()}, scheme {opts.scheme}: {scheme.description}, " \
-                 f"{'per-channel' if opts.per_channel else 'per-tensor'} weights, activations calibrated ({opts.calibrate_method})" \
-                 f"{', first layer split depth/state' if opts.split_input else ''}" \
-                 f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}" \
-                 f"{', split halves summed in float (QGemm float output)' if opts.use_float_split_sum else ''}"
+        method = (
+            f"onnxruntime static int8 {opts.quant_format.upper()}, scheme {opts.scheme}: {scheme.description}, "
+            f"{'per-channel' if opts.per_channel else 'per-tensor'} weights, activations calibrated ({opts.calibrate_method})"
+            f"{', first layer split depth/state' if opts.split_input else ''}"
+            f"{', logits layer fp32' if opts.keep_last_layer_fp32 else ''}"
+            f"{', split halves summed in float (QGemm float output)' if opts.use_float_split_sum else ''}"
+        )
         if distill is not None:
-            method += (f"; integer codes distilled toward the fp32 logits (straight-through, fixed scales; "
-                       f"{distill.steps} steps x {distill.rounds} round(s), seed {distill.seed})")
-        extra |= {"calibration_episodes": f"{calibration_episodes} per level", "calibration_seed": str(calib_seed),
-                  "calibration_samples": str(len(obs)), "format": opts.quant_format,
-                  "per_channel": str(opts.per_channel).lower(), "scheme": opts.scheme,
-                  "weight_type": scheme.weight_type[1:].lower(), "activation_type": scheme.activation_type[1:].lower(),
-                  "weight_range": f"[-{scheme.weight_max}, {scheme.weight_max}]" if scheme.weight_type == "QInt8" else "[0, 255]",
-                  "calibrate_method": opts.calibrate_method,
-                  "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]" if opts.split_input else "none",
-                  "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else [])}
+            method += (
+                f"; integer codes distilled toward the fp32 logits (straight-through, fixed scales; "
+                f"{distill.steps} steps x {distill.rounds} round(s), seed {distill.seed})"
+            )
+        extra |= {
+            "calibration_episodes": f"{calibration_episodes} per level",
+            "calibration_seed": str(calib_seed),
+            "calibration_samples": str(len(obs)),
+            "format": opts.quant_format,
+            "per_channel": str(opts.per_channel).lower(),
+            "scheme": opts.scheme,
+            "weight_type": scheme.weight_type[1:].lower(),
+            "activation_type": scheme.activation_type[1:].lower(),
+            "weight_range": f"[-{scheme.weight_max}, {scheme.weight_max}]"
+            if scheme.weight_type == "QInt8"
+            else "[0, 255]",
+            "calibrate_method": opts.calibrate_method,
+            "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]"
+            if opts.split_input
+            else "none",
+            "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else []),
+        }
         if opts.use_float_split_sum:  # only when used: keeps the other artifacts' metadata as it was
             extra["float_split_sum"] = "true"
         if distill is not None:
-            extra |= {"distill": json_compact({
-                "episodes": f"{distill_episodes} per level", "seed_first_episode": calib_seed, "samples": distill_summary["samples"],
-                "steps": distill.steps, "rounds": distill.rounds,
-                "dagger_episodes": f"{distill.dagger_episodes} per level" if distill.rounds > 1 else "0",
-                "dagger_seed": DAGGER_SEED if distill.rounds > 1 else None,
-                "lr_codes": distill.lr, "margin": distill.margin, "margin_weight": distill.margin_weight,
-                "batch": distill.batch, "torch_seed": distill.seed, "torch": torch_version(),
-                "weight_codes_changed": distill_summary["weight_codes_changed"], "per_round": distill_summary["rounds"]})}
+            extra |= {
+                "distill": json_compact(
+                    {
+                        "episodes": f"{distill_episodes} per level",
+                        "seed_first_episode": calib_seed,
+                        "samples": distill_summary["samples"],
+                        "steps": distill.steps,
+                        "rounds": distill.rounds,
+                        "dagger_episodes": f"{distill.dagger_episodes} per level" if distill.rounds > 1 else "0",
+                        "dagger_seed": DAGGER_SEED if distill.rounds > 1 else None,
+                        "lr_codes": distill.lr,
+                        "margin": distill.margin,
+                        "margin_weight": distill.margin_weight,
+                        "batch": distill.batch,
+                        "torch_seed": distill.seed,
+                        "torch": torch_version(),
+                        "weight_codes_changed": distill_summary["weight_codes_changed"],
+                        "per_round": distill_summary["rounds"],
+                    }
+                )
+            }
         bits, n_calib = 8, len(obs)
     elif target == "int8-dynamic":
         out = quantize_dynamic_int8(src, scheme=opts_in.scheme)
         weight_max = INT8_SCHEMES[opts_in.scheme].weight_max
-        method = (f"onnxruntime dynamic int8: weights int8 in [-{weight_max}, {weight_max}] per-tensor, activations quantized "
-                  f"at run time (the seed's method)")
-        extra |= {"format": "qoperator", "per_channel": "false", "scheme": opts_in.scheme, "weight_type": "int8",
-                  "activation_type": "uint8 (dynamic)", "weight_range": f"[-{weight_max}, {weight_max}]",
-                  "calibration_episodes": "0"}
+        method = (
+            f"onnxruntime dynamic int8: weights int8 in [-{weight_max}, {weight_max}] per-tensor, activations quantized "
+            f"at run time (the seed's method)"
+        )
+        extra |= {
+            "format": "qoperator",
+            "per_channel": "false",
+            "scheme": opts_in.scheme,
+            "weight_type": "int8",
+            "activation_type": "uint8 (dynamic)",
+            "weight_range": f"[-{weight_max}, {weight_max}]",
+            "calibration_episodes": "0",
+        }
         bits, n_calib = 8, 0
     else:
         out = convert_fp16(src)
@@ -400,7 +502,9 @@ def quantize_file(
         try:
             q_session = session(serialize(out))
         except Exception as e:
-            raise QuantizeError(f"the quantized model does not run in onnxruntime: {str(e).splitlines()[0][:200]}") from None
+            raise QuantizeError(
+                f"the quantized model does not run in onnxruntime: {str(e).splitlines()[0][:200]}"
+            ) from None
         per_level, same = {}, []
         for name, cfg in zip(level_names, cfgs):
             held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples)
@@ -409,9 +513,13 @@ def quantize_file(
             same.append(q_actions == ref_actions)
             per_level[name] = round(float(np.mean(same[-1])), 6)
         agreement, n_held = float(np.mean(np.concatenate(same))), sum(len(x) for x in same)
-        extra |= {"heldout_agreement": f"{agreement:.6f}", "heldout_agreement_by_level": json_compact(per_level),
-                  "heldout_episodes": f"{heldout_episodes} per level", "heldout_seed": str(HELDOUT_SEED),
-                  "heldout_samples": str(n_held)}
+        extra |= {
+            "heldout_agreement": f"{agreement:.6f}",
+            "heldout_agreement_by_level": json_compact(per_level),
+            "heldout_episodes": f"{heldout_episodes} per level",
+            "heldout_seed": str(HELDOUT_SEED),
+            "heldout_samples": str(n_held),
+        }
     import onnxruntime
 
     extra["onnxruntime"] = onnxruntime.__version__

@@ -16,6 +16,7 @@ Weights round to nearest by default (the seed's public code); ``rounding="floor"
 4. Evaluate the fake-quant actor against the float actor on the same seeded episodes; for n = 8
    also write an int8 QDQ ONNX (quantize.qdq_export) and check it agrees with the torch model.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,14 @@ import numpy as np
 import torch
 
 from quantize.errors import QuantizeError
-from quantize.fakequant import FakeQuantActor, QuantBody, QuantLinear, correct_biases, freeze_and_quantize, quant_linears
+from quantize.fakequant import (
+    FakeQuantActor,
+    QuantBody,
+    QuantLinear,
+    correct_biases,
+    freeze_and_quantize,
+    quant_linears,
+)
 
 QAT_SEED_OFFSET = 900_000  # training seeds: TRAIN_SEED_BASE + run seed * 1M + 900k + bits * 1000
 
@@ -55,9 +63,18 @@ def _load(run_dir: str | Path):
     return cfg, model, Path(ckpt)
 
 
-def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 300_000, learning_rate: float = 1e-4,
-              seed: int = 0, threads: int = 2, rounding: str = "nearest", progress: bool = True,
-              bias_correction: bool = False) -> QatResult:
+def train_qat(
+    run_dir: str | Path,
+    bits: int,
+    delay: int = 50_000,
+    steps: int = 300_000,
+    learning_rate: float = 1e-4,
+    seed: int = 0,
+    threads: int = 2,
+    rounding: str = "nearest",
+    progress: bool = True,
+    bias_correction: bool = False,
+) -> QatResult:
     from stable_baselines3.common.callbacks import BaseCallback
 
     from policies.actor import actor_from_model
@@ -96,7 +113,10 @@ def train_qat(run_dir: str | Path, bits: int, delay: int = 50_000, steps: int = 
                 freeze_and_quantize(head)
                 state["froze_at"] = int(self.num_timesteps)
                 if progress:
-                    print(f"  [qat {bits}-bit] ranges frozen at {self.num_timesteps:,} steps; training quantized", flush=True)
+                    print(
+                        f"  [qat {bits}-bit] ranges frozen at {self.num_timesteps:,} steps; training quantized",
+                        flush=True,
+                    )
 
     t0 = time.perf_counter()
     model.learn(steps, callback=Freeze(), reset_num_timesteps=True, progress_bar=False)
@@ -123,11 +143,10 @@ def source_metadata(run_dir: str | Path) -> dict[str, str]:
     """The airq.* metadata policies.export writes for this run (exported to a temp file, no eval)."""
     import tempfile
 
-    from policies.export import export_run
-
-    from quantize.model_io import metadata_of
-
     import onnx
+
+    from policies.export import export_run
+    from quantize.model_io import metadata_of
 
     with tempfile.TemporaryDirectory(prefix="airq-qat-") as tmp:
         path = Path(tmp) / "fp32.onnx"
@@ -145,8 +164,9 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
     meta.pop("airq.success_eval", None)
     meta |= {
         "airq.precision": "int8",
-        QUANT_PREFIX + "method": f"QAT (seed Algorithm 2): {result.bits}-bit affine fake-quant of weights ({result.actor.rounding}) "
-                                 f"and activations (nearest), min/max ranges frozen after the delay; uint8 x uint8 QDQ",
+        QUANT_PREFIX
+        + "method": f"QAT (seed Algorithm 2): {result.bits}-bit affine fake-quant of weights ({result.actor.rounding}) "
+        f"and activations (nearest), min/max ranges frozen after the delay; uint8 x uint8 QDQ",
         QUANT_PREFIX + "bits": str(result.bits),
         QUANT_PREFIX + "weight_rounding": weight_rounding(result.actor),
         QUANT_PREFIX + "source_checkpoint": str(result.checkpoint),
@@ -173,7 +193,6 @@ def run_qat_cli(args) -> dict:
     from airq_cli import check_output_dir
     from nav_env.config import load_level
     from nav_env.render import write_atomic
-
     from quantize.evaluation import compare, evaluate_actor
 
     if args.episodes < 1:
@@ -181,30 +200,55 @@ def run_qat_cli(args) -> dict:
     run_dir = Path(args.run_dir)
     out = Path(args.out or run_dir / f"qat_{args.bits}bit_{args.rounding}{'_bc' if args.bias_correction else ''}")
     check_output_dir(out, "--out")  # the default under RUN_DIR too, before minutes of training
-    res = train_qat(run_dir, args.bits, args.delay, args.steps, args.learning_rate, args.seed, args.threads, args.rounding,
-                    bias_correction=args.bias_correction)
+    res = train_qat(
+        run_dir,
+        args.bits,
+        args.delay,
+        args.steps,
+        args.learning_rate,
+        args.seed,
+        args.threads,
+        args.rounding,
+        bias_correction=args.bias_correction,
+    )
     cfg = load_level(res.run_cfg.level)
     torch.set_num_threads(1)
     ref = evaluate_actor(res.float_actor, cfg, args.episodes, 0)
     q = evaluate_actor(res.actor, cfg, args.episodes, 0)
     cmp = compare(ref, q)
     fp = compare(ref, ref)
-    report = {"run_dir": str(run_dir), "bits": res.bits, "rounding": weight_rounding(res.actor), "bias_correction": args.bias_correction, "delay": res.delay, "steps": res.steps, "froze_at": res.froze_at,
-              "wall_s": round(res.wall_s, 1), "episodes": args.episodes, "eval_seed": 0, "level": res.run_cfg.level,
-              "fp32_success_rate": fp["success_rate"], "qat": cmp}
+    report = {
+        "run_dir": str(run_dir),
+        "bits": res.bits,
+        "rounding": weight_rounding(res.actor),
+        "bias_correction": args.bias_correction,
+        "delay": res.delay,
+        "steps": res.steps,
+        "froze_at": res.froze_at,
+        "wall_s": round(res.wall_s, 1),
+        "episodes": args.episodes,
+        "eval_seed": 0,
+        "level": res.run_cfg.level,
+        "fp32_success_rate": fp["success_rate"],
+        "qat": cmp,
+    }
     out.mkdir(parents=True, exist_ok=True)
     torch.save(res.actor, out / "actor_fakequant.pt")
     if res.bits == 8:
-        summary = {"success_rate": cmp["success_rate"],
-                   "eval": {"episodes": args.episodes, "seed": 0, "level": res.run_cfg.level, "source": "torch fake-quant"}}
+        summary = {
+            "success_rate": cmp["success_rate"],
+            "eval": {"episodes": args.episodes, "seed": 0, "level": res.run_cfg.level, "source": "torch fake-quant"},
+        }
         path = export_int8(res, run_dir, out / "policy_qat_int8.onnx", summary)
         report["onnx"] = str(path)
         report["onnx_agreement_vs_torch"] = onnx_agreement(path, res.actor, cfg)
     write_atomic(out / "qat.json", json.dumps(report, indent=1).encode())
     d = cmp["paired_diff"]
-    print(f"{out}: QAT {res.bits}-bit ({args.rounding} weights) success {cmp['success_rate']:.1%} vs fp32 {fp['success_rate']:.1%} "
-          f"(paired diff {d['diff']:+.1%} [{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g}) "
-          f"over {args.episodes} episodes; {res.wall_s / 60:.1f} min")
+    print(
+        f"{out}: QAT {res.bits}-bit ({args.rounding} weights) success {cmp['success_rate']:.1%} vs fp32 {fp['success_rate']:.1%} "
+        f"(paired diff {d['diff']:+.1%} [{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g}) "
+        f"over {args.episodes} episodes; {res.wall_s / 60:.1f} min"
+    )
     return report
 
 

@@ -9,6 +9,7 @@ onnxruntime fuses DQ -> Gemm -> Q into integer QGemm at load time. The graph is 
 trained modules rather than by rewriting an fp32 export, because onnxruntime's quantizer would pick
 its own (symmetric) weight grid, not the one QAT trained on.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,7 +58,9 @@ def qdq_bytes_and_scales(actor: FakeQuantActor) -> tuple[onnx.ModelProto, dict]:
         bs = const(f"{tag}_bias_scale", np.array(bias_scale, np.float32))
         bz = const(f"{tag}_bias_zero_point", np.array(0, np.int32))
         nodes.append(helper.make_node("DequantizeLinear", [bq, bs, bz], [f"{tag}_bias_dq"], name=f"{tag}_bias_DQ"))
-        nodes.append(helper.make_node("Gemm", [x, f"{tag}_weight_dq", f"{tag}_bias_dq"], [out], name=f"{tag}_Gemm", transB=1))
+        nodes.append(
+            helper.make_node("Gemm", [x, f"{tag}_weight_dq", f"{tag}_bias_dq"], [out], name=f"{tag}_Gemm", transB=1)
+        )
         scales[f"{tag}.weight"] = {"scale": float(f"{p.delta:.6g}"), "zero_point": p.zero_point, "dtype": "uint8"}
 
     body = actor.body
@@ -84,10 +87,13 @@ def qdq_bytes_and_scales(actor: FakeQuantActor) -> tuple[onnx.ModelProto, dict]:
     nodes.append(helper.make_node("ArgMax", ["logits"], ["action"], name="ArgMax", axis=1, keepdims=0))
     n_actions = actor.head.linear.out_features
     graph = helper.make_graph(
-        nodes, "airq_qat_int8_qdq",
+        nodes,
+        "airq_qat_int8_qdq",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", actor.obs_dim])],
-        [helper.make_tensor_value_info("action", TensorProto.INT64, ["batch"]),
-         helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n_actions])],
+        [
+            helper.make_tensor_value_info("action", TensorProto.INT64, ["batch"]),
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n_actions]),
+        ],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="airq.quantize")

@@ -1,7 +1,8 @@
 """onnxruntime sessions for policy files: one thread, sequential, as on the device."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnxruntime as ort

@@ -13,6 +13,7 @@ weights get ~5x coarser steps than they need, and held-out action agreement drop
 
 Each Gemm then gets its own weight and input scale. The extra ops cost about a microsecond.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,8 +46,22 @@ def split_first_layer(model: onnx.ModelProto, split_at: int) -> tuple[onnx.Model
         raise QuantizeError(f"cannot split the input layer at {split_at} (input width {w.shape[in_axis]})")
     w_depth, w_state = np.split(w, [split_at], axis=in_axis)
     base = node.name or "input_layer"
-    names = {k: f"{base}{SPLIT_SUFFIX}_{k}" for k in ("depth", "state", "w_depth", "w_state", "h_depth", "h_state",
-                                                    "starts0", "ends0", "starts1", "ends1", "axes")}
+    names = {
+        k: f"{base}{SPLIT_SUFFIX}_{k}"
+        for k in (
+            "depth",
+            "state",
+            "w_depth",
+            "w_state",
+            "h_depth",
+            "h_state",
+            "starts0",
+            "ends0",
+            "starts1",
+            "ends1",
+            "axes",
+        )
+    }
     big = np.iinfo(np.int64).max
     new_inits = [
         numpy_helper.from_array(np.ascontiguousarray(w_depth), names["w_depth"]),
@@ -60,11 +75,27 @@ def split_first_layer(model: onnx.ModelProto, split_at: int) -> tuple[onnx.Model
     gemm_depth, gemm_state = f"{base}{SPLIT_SUFFIX}_depth_Gemm", f"{base}{SPLIT_SUFFIX}_state_Gemm"
     bias = list(node.input[2:3])
     new_nodes = [
-        helper.make_node("Slice", ["obs", names["starts0"], names["ends0"], names["axes"]], [names["depth"]], name=f"{base}{SPLIT_SUFFIX}_depth_Slice"),
-        helper.make_node("Slice", ["obs", names["starts1"], names["ends1"], names["axes"]], [names["state"]], name=f"{base}{SPLIT_SUFFIX}_state_Slice"),
-        helper.make_node("Gemm", [names["depth"], names["w_depth"]] + bias, [names["h_depth"]], name=gemm_depth, transB=trans_b),
-        helper.make_node("Gemm", [names["state"], names["w_state"]], [names["h_state"]], name=gemm_state, transB=trans_b),
-        helper.make_node("Add", [names["h_depth"], names["h_state"]], list(node.output), name=f"{base}{SPLIT_SUFFIX}_Add"),
+        helper.make_node(
+            "Slice",
+            ["obs", names["starts0"], names["ends0"], names["axes"]],
+            [names["depth"]],
+            name=f"{base}{SPLIT_SUFFIX}_depth_Slice",
+        ),
+        helper.make_node(
+            "Slice",
+            ["obs", names["starts1"], names["ends1"], names["axes"]],
+            [names["state"]],
+            name=f"{base}{SPLIT_SUFFIX}_state_Slice",
+        ),
+        helper.make_node(
+            "Gemm", [names["depth"], names["w_depth"]] + bias, [names["h_depth"]], name=gemm_depth, transB=trans_b
+        ),
+        helper.make_node(
+            "Gemm", [names["state"], names["w_state"]], [names["h_state"]], name=gemm_state, transB=trans_b
+        ),
+        helper.make_node(
+            "Add", [names["h_depth"], names["h_state"]], list(node.output), name=f"{base}{SPLIT_SUFFIX}_Add"
+        ),
     ]
     position = list(graph.node).index(node)
     rest = [n for n in graph.node if n is not node]
@@ -107,7 +138,9 @@ def float_split_sum(model: onnx.ModelProto) -> list[str]:
         node.output[0] = dq.output[0]
         changed.append(node.name)
     if len(changed) != 2:
-        raise QuantizeError(f"float split sum: expected the two split first-layer QGemms feeding one Add, found {len(changed)}")
+        raise QuantizeError(
+            f"float split sum: expected the two split first-layer QGemms feeding one Add, found {len(changed)}"
+        )
     kept = [n for n in graph.node if not (n.op_type == "DequantizeLinear" and n.output[0] in dropped)]
     del graph.node[:]
     graph.node.extend(kept)

@@ -18,6 +18,7 @@ actor play the same seeded episodes (seed + j), so each cell also gets a paired 
 (McNemar). Cells are cached in OUT/cells/ under the method and its weight rounding, so an interrupted
 sweep resumes and a cell cached under an old name's meaning is never reused.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,10 @@ def check_method(name: str) -> str:
     if name in METHOD_SPECS:
         return name
     if name in RENAMED:
-        raise QuantizeError(f"sweep method {name!r} was renamed: use {RENAMED[name]!r} (plain ptq/qat now round weights "
-                            f"to nearest; the seed's floor formula is ptq-floor/qat-floor)")
+        raise QuantizeError(
+            f"sweep method {name!r} was renamed: use {RENAMED[name]!r} (plain ptq/qat now round weights "
+            f"to nearest; the seed's floor formula is ptq-floor/qat-floor)"
+        )
     raise QuantizeError(f"unknown sweep method {name!r} (known: {', '.join(METHODS)})")
 
 
@@ -77,7 +80,6 @@ def run_sweep(args) -> Path:
     from nav_env.render import write_atomic
     from nav_env.rollout import summarize
     from policies.actor import actor_from_model, load_run
-
     from quantize.calibration import CALIBRATION_SEED, collect_observations
     from quantize.evaluation import compare, evaluate_actor, success_vector, torch_policy
     from quantize.fakequant import FakeQuantActor, calibrate
@@ -97,15 +99,32 @@ def run_sweep(args) -> Path:
     level = args.level or run_cfg.level
     cfg = load_level(level)
     out = Path(args.out or run_dir / "sweep")
-    params = {"run_dir": str(run_dir), "checkpoint": str(ckpt), "level": level, "episodes": args.episodes, "seed": args.seed}
+    params = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(ckpt),
+        "level": level,
+        "episodes": args.episodes,
+        "seed": args.seed,
+    }
 
     ref_path = out / "cells" / "fp32.json"
     ref = evaluate_actor(actor, cfg, args.episodes, args.seed)
     ref_summary = summarize(ref)
-    write_atomic(ref_path, json.dumps(params | {"success": success_vector(ref).tolist(),
-                                                "success_rate": ref_summary["success_rate"],
-                                                "success_ci95": ref_summary["success_ci95"]}).encode())
-    print(f"fp32: success {ref_summary['success_rate']:.1%} over {args.episodes} episodes ({level}, seeds {args.seed}..)", flush=True)
+    write_atomic(
+        ref_path,
+        json.dumps(
+            params
+            | {
+                "success": success_vector(ref).tolist(),
+                "success_rate": ref_summary["success_rate"],
+                "success_ci95": ref_summary["success_ci95"],
+            }
+        ).encode(),
+    )
+    print(
+        f"fp32: success {ref_summary['success_rate']:.1%} over {args.episodes} episodes ({level}, seeds {args.seed}..)",
+        flush=True,
+    )
     calib = None
     cells: dict[tuple[str, int], dict] = {}
     for bits in args.bits:
@@ -122,27 +141,54 @@ def run_sweep(args) -> Path:
                     print(f"{method} {bits}-bit: cached {cached['success_rate']:.1%}", flush=True)
                     continue
             if spec.qat:
-                res = train_qat(run_dir, bits, args.qat_delay, args.qat_steps, progress=False, threads=2,
-                                rounding=spec.rounding, bias_correction=spec.bias_correction)
+                res = train_qat(
+                    run_dir,
+                    bits,
+                    args.qat_delay,
+                    args.qat_steps,
+                    progress=False,
+                    threads=2,
+                    rounding=spec.rounding,
+                    bias_correction=spec.bias_correction,
+                )
                 torch.set_num_threads(1)
                 q_actor = res.actor
             else:
                 if calib is None:
-                    calib = torch.as_tensor(collect_observations(torch_policy(actor), cfg, 20, CALIBRATION_SEED, 20_000))
-                q_actor = FakeQuantActor.from_actor(actor, bits, quantize_activations=spec.activations, rounding=spec.rounding)
+                    calib = torch.as_tensor(
+                        collect_observations(torch_policy(actor), cfg, 20, CALIBRATION_SEED, 20_000)
+                    )
+                q_actor = FakeQuantActor.from_actor(
+                    actor, bits, quantize_activations=spec.activations, rounding=spec.rounding
+                )
                 calibrate(q_actor, calib, bias_correction=spec.bias_correction)
             results = evaluate_actor(q_actor, cfg, args.episodes, args.seed)
             # the per-episode outcomes let any two cells be paired later (e.g. QAT vs PTQ at one width)
-            cell = compare(ref, results) | {"params": cell_params, "success": success_vector(results).astype(int).tolist()}
+            cell = compare(ref, results) | {
+                "params": cell_params,
+                "success": success_vector(results).astype(int).tolist(),
+            }
             write_atomic(path, json.dumps(cell, indent=1).encode())
             cells[(method, bits)] = cell
             d = cell["paired_diff"]
-            print(f"{method} {bits}-bit: success {cell['success_rate']:.1%} (vs fp32 {d['diff']:+.1%}, "
-                  f"[{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g})", flush=True)
+            print(
+                f"{method} {bits}-bit: success {cell['success_rate']:.1%} (vs fp32 {d['diff']:+.1%}, "
+                f"[{d['low']:+.1%}, {d['high']:+.1%}], McNemar p={d['mcnemar_p']:.3g})",
+                flush=True,
+            )
     table = format_table(ref_summary, cells, args.bits, args.methods, params) + qat_vs_ptq(cells, args.bits)
     write_atomic(out / "sweep.md", table.encode())
-    write_atomic(out / "sweep.json", json.dumps({"params": params, "fp32": {k: ref_summary[k] for k in ("success_rate", "success_ci95")},
-                                                 "cells": [{"method": m, "bits": b} | c for (m, b), c in cells.items()]}, indent=1).encode())
+    write_atomic(
+        out / "sweep.json",
+        json.dumps(
+            {
+                "params": params,
+                "fp32": {k: ref_summary[k] for k in ("success_rate", "success_ci95")},
+                "cells": [{"method": m, "bits": b} | c for (m, b), c in cells.items()],
+            },
+            indent=1,
+        ).encode(),
+    )
     write_atomic(out / "sweep.png", plot(ref_summary, cells, args.bits, args.methods, f"{run_dir.name} ({level})"))
     print(table)
     print(f"wrote {out / 'sweep.md'}, {out / 'sweep.png'}")
@@ -160,17 +206,23 @@ def qat_vs_ptq(cells: dict, bits: list[int]) -> str:
             if not q or not p or "success" not in q or "success" not in p:
                 continue
             d = paired_difference(np.array(p["success"], bool), np.array(q["success"], bool))
-            lines.append(f"{b}-bit {qat} - {ptq}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
-                         f"McNemar p={d['mcnemar_p']:.3g}")
+            lines.append(
+                f"{b}-bit {qat} - {ptq}: {d['diff']:+.1%} (95% CI {d['low']:+.1%} to {d['high']:+.1%}), "
+                f"McNemar p={d['mcnemar_p']:.3g}"
+            )
     return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def format_table(ref: dict, cells: dict, bits: list[int], methods: list[str], params: dict) -> str:
     lo, hi = ref["success_ci95"]
-    lines = [f"Success rate over {params['episodes']} seeded episodes ({params['level']}, seeds {params['seed']}..), "
-             f"95% Wilson interval; in parentheses the paired difference to fp32.",
-             f"fp32: {ref['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]", "",
-             "| bits | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    lines = [
+        f"Success rate over {params['episodes']} seeded episodes ({params['level']}, seeds {params['seed']}..), "
+        f"95% Wilson interval; in parentheses the paired difference to fp32.",
+        f"fp32: {ref['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]",
+        "",
+        "| bits | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
     for b in bits:
         row = [f"| {b} "]
         for m in methods:
@@ -201,8 +253,18 @@ def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str
             continue
         y = np.array([c["success_rate"] for _, c in pts]) * 100
         # max(0, .): a Wilson bound at 0% or 100% can sit a rounding error past the estimate
-        err = np.array([[max(0.0, c["success_rate"] - c["success_ci95"][0]), max(0.0, c["success_ci95"][1] - c["success_rate"])]
-                        for _, c in pts]).T * 100
+        err = (
+            np.array(
+                [
+                    [
+                        max(0.0, c["success_rate"] - c["success_ci95"][0]),
+                        max(0.0, c["success_ci95"][1] - c["success_rate"]),
+                    ]
+                    for _, c in pts
+                ]
+            ).T
+            * 100
+        )
         ax.errorbar([b for b, _ in pts], y, yerr=err, marker=marker, capsize=3, label=m)
     ax.set_xlabel("bits (weights and activations; ptq-weights: weights only)")
     ax.set_ylabel("success rate (%)")

@@ -8,6 +8,7 @@ Versions are written without their local label (torch 2.13.0+cpu is locked as to
 matches to the CPU build): the build variant comes from the index (the Makefile takes torch from
 PyTorch's CPU wheel index where it can reach it), the lock fixes the release. airq itself is not locked.
 """
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@ an unusable output path or a wrong flag is one line on stderr naming the problem
 traceback, and is found before the heavy imports (torch, SB3, onnx, onnxruntime, matplotlib);
 every usage line says ``python -m``; --help shows every default; results are written with the
 umask's mode, not mkstemp's 0600."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,12 +21,28 @@ from firmware_bridge import cli as fb_cli
 
 # Every entry point: grep -rn '__main__' --include=*.py airq_cli nav_env policies quantize hil firmware_bridge
 MODULES = [
-    "nav_env.bench", "nav_env.demo", "nav_env.evaluate", "nav_env.airsim.fake_server",
-    "policies.bench", "policies.export", "policies.widen", "policies.evaluate", "policies.card", "policies.distill",
+    "nav_env.bench",
+    "nav_env.demo",
+    "nav_env.evaluate",
+    "nav_env.airsim.fake_server",
+    "policies.bench",
+    "policies.export",
+    "policies.widen",
+    "policies.evaluate",
+    "policies.card",
+    "policies.distill",
     "policies.train",
     "quantize",
-    "hil.arm", "hil.memfit", "hil.bench", "hil.study", "hil.roofline", "hil.run",
-    "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.keys", "firmware_bridge.systemd",
+    "hil.arm",
+    "hil.memfit",
+    "hil.bench",
+    "hil.study",
+    "hil.roofline",
+    "hil.run",
+    "firmware_bridge.bench",
+    "firmware_bridge.serve",
+    "firmware_bridge.keys",
+    "firmware_bridge.systemd",
 ]
 QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep"]
 
@@ -72,14 +89,20 @@ try:
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 except SystemExit as e:
     code = e.code
-heavy = [m for m in %r if m in sys.modules]
+heavy = [m for m in HEAVY_NAMES if m in sys.modules]
 print("\\nAIRQ-PROBE " + json.dumps({"code": code, "heavy": heavy}))
-""" % (HEAVY,)
+""".replace("HEAVY_NAMES", repr(HEAVY))
 
 
 def probe(module: str, argv: list[str], cwd: Path) -> tuple[int, list[str], str]:
-    r = subprocess.run([sys.executable, "-c", PROBE, module, *argv], capture_output=True, text=True, timeout=120,
-                       cwd=cwd, env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, module, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )
     result = json.loads(r.stdout.rsplit("AIRQ-PROBE ", 1)[1])
     return result["code"], result["heavy"], r.stderr
 
@@ -93,7 +116,8 @@ def bad_paths(tmp_path: Path, kind: str) -> dict[str, Path]:
     return {
         "wrong kind": a_file if kind == "dir" else a_dir,  # a file where a folder goes, a folder where a file goes
         "under a file": a_file / "sub" / ("out" if kind == "dir" else "out.json"),
-        "unwritable": Path("/proc/airq-no-such-dir") / ("out" if kind == "dir" else "out.json"),  # root cannot write there either
+        "unwritable": Path("/proc/airq-no-such-dir")
+        / ("out" if kind == "dir" else "out.json"),  # root cannot write there either
     }
 
 
@@ -111,7 +135,11 @@ def test_every_entry_point_is_listed():
 
 
 @pytest.mark.parametrize("problem", ["wrong kind", "under a file", "unwritable"])
-@pytest.mark.parametrize(("module", "argv", "kind"), OUTPUTS, ids=[f"{m}-{a[0]}-{a[-2] if a[-1] != 'bridge' else 'DIR'}" for m, a, _ in OUTPUTS])
+@pytest.mark.parametrize(
+    ("module", "argv", "kind"),
+    OUTPUTS,
+    ids=[f"{m}-{a[0]}-{a[-2] if a[-1] != 'bridge' else 'DIR'}" for m, a, _ in OUTPUTS],
+)
 def test_unusable_output_path_is_one_line_exit_2_before_heavy_imports(module, argv, kind, problem, tmp_path):
     out = bad_paths(tmp_path, kind)[problem]
     code, heavy, err = probe(module, [str(out) if a == "OUT" else a for a in argv], tmp_path)
@@ -161,8 +189,11 @@ def _parsers_of(module: str, argv: list[str], monkeypatch) -> argparse.ArgumentP
     return seen[0]
 
 
-HELP_CASES = [(m, []) for m in MODULES] + [("quantize", [c]) for c in QUANTIZE_COMMANDS] + [
-    ("hil.roofline", ["measure"]), ("hil.roofline", ["cost"]), ("hil.run", ["--resume", "DIR"])]
+HELP_CASES = (
+    [(m, []) for m in MODULES]
+    + [("quantize", [c]) for c in QUANTIZE_COMMANDS]
+    + [("hil.roofline", ["measure"]), ("hil.roofline", ["cost"]), ("hil.run", ["--resume", "DIR"])]
+)
 
 
 @pytest.mark.parametrize(("module", "argv"), HELP_CASES, ids=[" ".join([m, *a]) for m, a in HELP_CASES])
@@ -181,9 +212,13 @@ def test_help_shows_every_default(module, argv, monkeypatch):
 
 # ------------------------------------------------------------------------ the two copies of the contract
 
+
 def test_firmware_bridge_keeps_the_same_contract(tmp_path, capsys):
-    assert (fb_cli.EXIT_OK, fb_cli.EXIT_FAILURE, fb_cli.EXIT_USAGE, fb_cli.EXIT_INTERRUPTED) == (
-        airq_cli.EXIT_OK, airq_cli.EXIT_FAILURE, airq_cli.EXIT_USAGE, airq_cli.EXIT_INTERRUPTED) == (0, 1, 2, 130)
+    assert (
+        (fb_cli.EXIT_OK, fb_cli.EXIT_FAILURE, fb_cli.EXIT_USAGE, fb_cli.EXIT_INTERRUPTED)
+        == (airq_cli.EXIT_OK, airq_cli.EXIT_FAILURE, airq_cli.EXIT_USAGE, airq_cli.EXIT_INTERRUPTED)
+        == (0, 1, 2, 130)
+    )
     assert fb_cli.USAGE_ERROR_EXIT == airq_cli.EXIT_USAGE
     for message in ("plain", "two\nlines", "", ValueError("x\ny")):
         assert fb_cli.error_line(message) == airq_cli.error_line(message)
@@ -191,8 +226,11 @@ def test_firmware_bridge_keeps_the_same_contract(tmp_path, capsys):
     for kind in ("file", "dir"):
         for path in [*bad_paths(tmp_path / kind, kind).values(), tmp_path / kind / "new" / "ok"]:
             verdicts = []
-            for check in ((airq_cli.check_output_file, fb_cli.check_output_file) if kind == "file"
-                          else (airq_cli.check_output_dir, fb_cli.check_output_dir)):
+            for check in (
+                (airq_cli.check_output_file, fb_cli.check_output_file)
+                if kind == "file"
+                else (airq_cli.check_output_dir, fb_cli.check_output_dir)
+            ):
                 try:
                     verdicts.append(str(check(path, "--out")))
                 except (airq_cli.UserError, fb_cli.UsageError) as e:
@@ -215,8 +253,10 @@ def test_firmware_bridge_keeps_the_same_contract(tmp_path, capsys):
 
 
 def test_firmware_bridge_imports_nothing_of_the_repo():
-    code = "import sys, firmware_bridge.cli, firmware_bridge.keys, firmware_bridge.serve; " \
-           "print(sorted(m for m in sys.modules if m.split('.')[0] in ('airq_cli', 'nav_env', 'policies', 'quantize', 'hil')))"
+    code = (
+        "import sys, firmware_bridge.cli, firmware_bridge.keys, firmware_bridge.serve; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('airq_cli', 'nav_env', 'policies', 'quantize', 'hil')))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
@@ -261,6 +301,7 @@ def test_defaults_from_a_dataclass_are_written_once():
 
 # ------------------------------------------------------------------------------------- file modes
 
+
 def _modes(folder: Path) -> dict[str, int]:
     return {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*") if p.is_file()}
 
@@ -288,9 +329,19 @@ def test_write_atomic_error_is_one_line_user_error(tmp_path):
 
 
 def _run_under_umask_022(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-c", "import os, runpy, sys; os.umask(0o022); sys.argv = sys.argv[1:]; "
-                        "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)", *argv],
-                       capture_output=True, text=True, timeout=300, cwd=cwd)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, runpy, sys; os.umask(0o022); sys.argv = sys.argv[1:]; "
+            "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
     assert r.returncode == 0, r.stderr
     return r
 
@@ -300,11 +351,46 @@ def test_real_tool_outputs_are_readable_by_others(tmp_path):
     from firmware_bridge.toy_policy import build_mlp_policy
 
     (tmp_path / "toy.onnx").write_bytes(build_mlp_policy(1032, 16, seed=1))
-    _run_under_umask_022(["quantize", "ptq", "toy.onnx", "--to", "fp16", "-o", "q/toy_fp16.onnx",
-                          "--heldout-episodes", "0", "--level", "easy"], tmp_path)
-    _run_under_umask_022(["hil.run", "--quiet", "--policy", "toy.onnx", "--sim-only", "--episodes", "1", "--level", "easy",
-                          "--out", "hil"], tmp_path)
+    _run_under_umask_022(
+        [
+            "quantize",
+            "ptq",
+            "toy.onnx",
+            "--to",
+            "fp16",
+            "-o",
+            "q/toy_fp16.onnx",
+            "--heldout-episodes",
+            "0",
+            "--level",
+            "easy",
+        ],
+        tmp_path,
+    )
+    _run_under_umask_022(
+        [
+            "hil.run",
+            "--quiet",
+            "--policy",
+            "toy.onnx",
+            "--sim-only",
+            "--episodes",
+            "1",
+            "--level",
+            "easy",
+            "--out",
+            "hil",
+        ],
+        tmp_path,
+    )
     _run_under_umask_022(["nav_env.demo", "--episodes", "1", "--level", "easy", "--out", "demo"], tmp_path)
     modes = _modes(tmp_path / "q") | _modes(tmp_path / "hil") | _modes(tmp_path / "demo")
-    assert {"toy_fp16.onnx", "report.json", "run.jsonl", "latency_histogram.png", "episode_0.gif", "episode_0.png"} <= set(modes)
+    assert {
+        "toy_fp16.onnx",
+        "report.json",
+        "run.jsonl",
+        "latency_histogram.png",
+        "episode_0.gif",
+        "episode_0.png",
+    } <= set(modes)
     assert {name: oct(m) for name, m in modes.items() if m != 0o644} == {}

@@ -1,4 +1,5 @@
 """hil.bench runs the real loop, its in-process baseline and the bare-echo loop, and writes consistent figures."""
+
 import json
 import subprocess
 import sys
@@ -10,9 +11,30 @@ def test_bench_reports_loop_baseline_and_echo_per_repeat(tmp_path):
     policy = tmp_path / "p.onnx"
     policy.write_bytes(build_mlp_policy(1032, 32))
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, "-m", "hil.bench", "--policy", str(policy), "--episodes", "2", "--level", "easy",
-                        "--repeats", "2", "--spin-us", "0", "--spin-us", "300", "--out", str(out)],
-                       capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hil.bench",
+            "--policy",
+            str(policy),
+            "--episodes",
+            "2",
+            "--level",
+            "easy",
+            "--repeats",
+            "2",
+            "--spin-us",
+            "0",
+            "--spin-us",
+            "300",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [row["spin_us"] for row in rows] == [0, 300]  # one row per (policy, spin), both in the same run
@@ -31,17 +53,25 @@ def test_bench_reports_loop_baseline_and_echo_per_repeat(tmp_path):
     assert "ovh p50 (min-max)" in r.stdout and "policy" in r.stdout
     # on what int8 kernels and with which packages it was measured
     from firmware_bridge.int8_kernels import int8_kernels
+
     report = json.loads(out.read_text())
     assert report["int8_kernels"] == int8_kernels().as_dict() and "onnxruntime" in report["versions"]
     assert int8_kernels().describe() in r.stdout.splitlines()[0]
 
 
 def test_bench_bad_arguments_are_clear_errors(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "hil.bench", "--policy", str(tmp_path / "missing.onnx")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "hil.bench", "--policy", str(tmp_path / "missing.onnx")], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "policy file not found" in r.stderr
     policy = tmp_path / "p.onnx"
     policy.write_bytes(build_mlp_policy(1032, 32))
-    for flags, fragment in ((["--repeats", "0"], "--repeats must be >= 1"), (["--spin-us", "-5"], "--spin-us must be >= 0"),
-                            (["--spin-us", "5", "--spin-us", "5"], "must differ")):
-        r = subprocess.run([sys.executable, "-m", "hil.bench", "--policy", str(policy), *flags], capture_output=True, text=True)
+    for flags, fragment in (
+        (["--repeats", "0"], "--repeats must be >= 1"),
+        (["--spin-us", "-5"], "--spin-us must be >= 0"),
+        (["--spin-us", "5", "--spin-us", "5"], "must differ"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "hil.bench", "--policy", str(policy), *flags], capture_output=True, text=True
+        )
         assert r.returncode == 2 and fragment in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -20,6 +20,7 @@ from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import ErrorCode, pack, sha256_hex, unpack
 from firmware_bridge.toy_policy import build_mlp_policy, default_action_table
 from hil.client import (
+    UPLOAD_ENVELOPE_BYTES,
     ActResult,
     BridgeClient,
     BridgeError,
@@ -27,7 +28,6 @@ from hil.client import (
     BridgeRefused,
     BridgeUnreachable,
     BridgeUnresolvable,
-    UPLOAD_ENVELOPE_BYTES,
 )
 
 OBS_DIM = 96
@@ -107,8 +107,10 @@ def test_error_reply_raises_bridge_refused_with_code(client: BridgeClient, model
 
 
 def test_policy_over_bridge_limit_refused_before_sending(model: bytes) -> None:
-    with BridgeProcess(["--max-model-bytes", str(len(model) - 1)]) as small, \
-            BridgeClient(small.endpoint, timeout_s=5.0) as client:
+    with (
+        BridgeProcess(["--max-model-bytes", str(len(model) - 1)]) as small,
+        BridgeClient(small.endpoint, timeout_s=5.0) as client,
+    ):
         with pytest.raises(BridgeRefused) as info:
             client.load_policy(model)
         assert info.value.code == ErrorCode.TOO_LARGE
@@ -117,8 +119,10 @@ def test_policy_over_bridge_limit_refused_before_sending(model: bytes) -> None:
 
 def test_policy_larger_than_a_message_goes_up_in_chunks(model: bytes) -> None:
     # A model exactly --max-model-bytes, 4 KiB messages: the client sends chunks, the bridge assembles them.
-    with BridgeProcess(["--max-message-bytes", "4096", "--max-model-bytes", str(len(model))]) as small, \
-            BridgeClient(small.endpoint, timeout_s=5.0) as client:
+    with (
+        BridgeProcess(["--max-message-bytes", "4096", "--max-model-bytes", str(len(model))]) as small,
+        BridgeClient(small.endpoint, timeout_s=5.0) as client,
+    ):
         loaded = client.load_policy(model)
         assert loaded["sha256"] == sha256_hex(model) and loaded["size_bytes"] == len(model)
         chunks = -(-len(model) // (4096 - UPLOAD_ENVELOPE_BYTES))

@@ -3,6 +3,7 @@
 The lock must name every distribution of the venv the tests run in, at its installed version: a package
 upgraded, added or removed without refreshing the lock (`make lock`) fails here.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,8 +39,11 @@ def test_lock_comparison_catches_every_kind_of_difference(lock):
     locked = {"onnxruntime": ("onnxruntime", "1.32.0"), "torch": ("torch", "2.13.0"), "gone": ("gone", "1.0")}
     have = {"onnxruntime": ("onnxruntime", "1.31.1"), "torch": ("torch", "2.13.0+cpu"), "extra": ("extra", "2.0")}
     diff = lock.differences(have, locked)
-    assert diff == ["extra 2.0: installed, not in the lock", "gone==1.0: locked, not installed",
-                    "onnxruntime: installed 1.31.1, locked 1.32.0"]  # torch 2.13.0+cpu is torch==2.13.0 (pip's ==)
+    assert diff == [
+        "extra 2.0: installed, not in the lock",
+        "gone==1.0: locked, not installed",
+        "onnxruntime: installed 1.31.1, locked 1.32.0",
+    ]  # torch 2.13.0+cpu is torch==2.13.0 (pip's ==)
     assert lock.differences({"torch": ("torch", "2.13.0")}, {"torch": ("torch", "2.13.0+cpu")})
     assert lock.differences({"torch": ("torch", "2.13.1+cpu")}, {"torch": ("torch", "2.13.0")})
     assert lock.canonical("Farama_Notifications") == lock.canonical("farama-notifications")
@@ -79,15 +83,27 @@ def test_readme_names_the_locked_onnxruntime(lock):
 
 
 def test_package_versions_reads_metadata_and_imports_nothing():
-    code = ("import json, sys; from firmware_bridge.device import package_versions; v = package_versions(); "
-            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'onnxruntime', 'onnx', 'torch', 'zmq', "
-            "'msgpack', 'gymnasium', 'stable_baselines3', 'nav_env', 'hil', 'policies', 'quantize'}); "
-            "print(json.dumps([v, heavy]))")
+    code = (
+        "import json, sys; from firmware_bridge.device import package_versions; v = package_versions(); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'onnxruntime', 'onnx', 'torch', 'zmq', "
+        "'msgpack', 'gymnasium', 'stable_baselines3', 'nav_env', 'hil', 'policies', 'quantize'}); "
+        "print(json.dumps([v, heavy]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     versions, heavy = json.loads(out)
     assert heavy == []
-    assert list(versions) == ["airq", "python", "numpy", "onnxruntime", "onnx", "torch", "stable-baselines3",
-                              "gymnasium", "pyzmq", "msgpack"]
+    assert list(versions) == [
+        "airq",
+        "python",
+        "numpy",
+        "onnxruntime",
+        "onnx",
+        "torch",
+        "stable-baselines3",
+        "gymnasium",
+        "pyzmq",
+        "msgpack",
+    ]
     assert versions["onnxruntime"] == version("onnxruntime") and versions["python"] == sys.version.split()[0]
 
 

@@ -37,8 +37,12 @@ class Parsed(Exception):
 
 def test_the_guide_uses_every_device_command():
     modules = {module for module, _ in bridge_commands()}
-    assert modules == {"firmware_bridge.serve", "firmware_bridge.keys", "firmware_bridge.systemd",
-                       "firmware_bridge.bench"}
+    assert modules == {
+        "firmware_bridge.serve",
+        "firmware_bridge.keys",
+        "firmware_bridge.systemd",
+        "firmware_bridge.bench",
+    }
 
 
 @pytest.mark.parametrize("module,args", bridge_commands(), ids=lambda v: v if isinstance(v, str) else " ".join(v))
@@ -64,8 +68,11 @@ def test_the_guide_keeps_what_a_fresh_pi_needs():
     assert "dpkg --print-architecture" in GUIDE and "uname -m` must" not in GUIDE
     assert "scp -r" not in text and "pip wheel --no-deps" in text
     assert "no authentication" not in GUIDE
-    serve = [args for module, args in bridge_commands() if module in ("firmware_bridge.serve", "firmware_bridge.systemd")
-             and "--help" not in args]
+    serve = [
+        args
+        for module, args in bridge_commands()
+        if module in ("firmware_bridge.serve", "firmware_bridge.systemd") and "--help" not in args
+    ]
     assert serve and all("--curve-secret" in a and "--curve-clients" in a for a in serve)
     bench = [args for module, args in bridge_commands() if module == "firmware_bridge.bench"]
     assert bench and all("--policy" in a for a in bench)  # the Pi has no onnx to build the default MLP

@@ -5,6 +5,7 @@ The clean virtualenv reuses this venv's third-party packages (numpy, gymnasium, 
 instead of installing them again; a plain path line in a .pth file is not a site directory, so the
 editable install's own .pth (which puts the repository root on sys.path) is not processed there.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 # pyproject's [tool.setuptools.packages.find] include list, read so a new package cannot be forgotten here
-PACKAGES = tuple(p.rstrip("*") for p in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"])
-DATA_FILES = ("nav_env/levels/default.toml", "nav_env/levels/easy.toml", "nav_env/levels/hard.toml", "hil/profiles.toml")
+PACKAGES = tuple(
+    p.rstrip("*")
+    for p in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+)
+DATA_FILES = (
+    "nav_env/levels/default.toml",
+    "nav_env/levels/easy.toml",
+    "nav_env/levels/hard.toml",
+    "hil/profiles.toml",
+)
 
 FLY = r"""
 import json, sys
@@ -58,9 +67,23 @@ def wheel(tmp_path_factory) -> Path:
         shutil.copytree(REPO / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         str(src), "-w", str(out)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(src),
+            "-w",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     (whl,) = out.glob("airq-*.whl")
     return whl
@@ -77,12 +100,32 @@ def test_wheel_flies_an_episode_in_a_clean_venv(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     # Install the wheel alone into the new venv, with this venv's pip (the new one has none).
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site), str(wheel)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     # Third-party dependencies come from this venv's site-packages (no second torch); not the repo.
     ours = Path(sysconfig.get_paths()["purelib"])

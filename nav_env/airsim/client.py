@@ -5,6 +5,7 @@ asyncio loop of their own: they break when called from inside a running asyncio 
 request timeouts only tick on the thread that created the client. So :class:`ClientThread` creates
 the client on a private thread and runs every call there.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,9 +13,10 @@ import math
 import socket
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable
+from typing import Any
 
 CLIENT_MODULES = ("cosysairsim", "airsim")  # preference order for client="auto"
 INSTALL_HINT = "pip install 'airq[airsim]' (Cosys-AirSim client); see docs/airsim.md for Microsoft's airsim client"
@@ -40,7 +42,8 @@ def check_msgpack() -> None:
         raise AirSimError(
             f"msgpack {'.'.join(map(str, version))} is too old for the AirSim backend (need >= 1.0; "
             "msgpack-python 0.5 comes with `pip install airsim`): pip install -U 'msgpack>=1.0' rpc-msgpack, "
-            "then reinstall the client as in docs/airsim.md")
+            "then reinstall the client as in docs/airsim.md"
+        )
 
 
 def import_client(name: str = "auto"):
@@ -79,7 +82,8 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> None:
             if time.monotonic() + 0.25 >= deadline:
                 raise AirSimConnectionError(
                     f"cannot reach the AirSim simulator at {host}:{port} within {timeout_s:g} s ({reason}); "
-                    "is it running, with the API server on that port?") from None
+                    "is it running, with the API server on that port?"
+                ) from None
             time.sleep(0.25)
 
 
@@ -94,7 +98,10 @@ class ClientThread:
         self._client = None
         self._errors = rpc_errors()
         timeout = max(1, int(math.ceil(rpc_timeout_s)))  # msgpackrpc counts whole seconds
-        self._run(lambda: setattr(self, "_client", module.MultirotorClient(ip=host, port=port, timeout_value=timeout)), "connect")
+        self._run(
+            lambda: setattr(self, "_client", module.MultirotorClient(ip=host, port=port, timeout_value=timeout)),
+            "connect",
+        )
 
     def set_nodelay(self) -> None:
         """Turn off Nagle's algorithm on the connection (after the first call has opened it). The
@@ -122,14 +129,19 @@ class ClientThread:
             # the library's own timeout ticks once a second; leave it room to fire first
             return fut.result(timeout=self.rpc_timeout_s + 5.0)
         except FutureTimeout:
-            raise AirSimError(f"AirSim {what}: no answer from {self.host}:{self.port} within {self.rpc_timeout_s:g} s") from None
+            raise AirSimError(
+                f"AirSim {what}: no answer from {self.host}:{self.port} within {self.rpc_timeout_s:g} s"
+            ) from None
         except Exception as e:  # noqa: BLE001 - mapped to one-line errors below
             transport, timeout, rpc = self._errors
             if isinstance(e, transport):
                 raise AirSimConnectionError(
-                    f"AirSim {what}: lost or no connection to the simulator at {self.host}:{self.port} ({_msg(e)})") from None
+                    f"AirSim {what}: lost or no connection to the simulator at {self.host}:{self.port} ({_msg(e)})"
+                ) from None
             if isinstance(e, timeout):
-                raise AirSimError(f"AirSim {what}: no answer from {self.host}:{self.port} within {self.rpc_timeout_s:g} s") from None
+                raise AirSimError(
+                    f"AirSim {what}: no answer from {self.host}:{self.port} within {self.rpc_timeout_s:g} s"
+                ) from None
             if isinstance(e, rpc):
                 raise AirSimError(f"AirSim {what}: the simulator reported an error: {_msg(e)}") from None
             raise
@@ -156,10 +168,12 @@ def _msg(e: BaseException) -> str:
 
 def warn_versions(server: int, min_client: int, client: int, min_server: int, where: str) -> None:
     if client < min_client:
-        raise AirSimError(f"AirSim at {where} needs client version >= {min_client}, this client is {client}: upgrade it")
+        raise AirSimError(
+            f"AirSim at {where} needs client version >= {min_client}, this client is {client}: upgrade it"
+        )
     if server < min_server:
         warnings.warn(
             f"AirSim server at {where} is API version {server}, the client expects >= {min_server}; "
-            "the backend only uses calls both versions share", stacklevel=3)
-
-
+            "the backend only uses calls both versions share",
+            stacklevel=3,
+        )

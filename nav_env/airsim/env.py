@@ -1,20 +1,28 @@
 """``AirSimNavEnv``: the nav_env task flown on an AirSim / Cosys-AirSim simulator."""
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from nav_env.arena import FAR, Episode, sample_episode
 from nav_env.airsim.client import AirSimError, ClientThread, import_client, wait_for_port, warn_versions
-from nav_env.airsim.scene import Scene, sized_config
 from nav_env.airsim.frames import (
-    DepthResampler, arena_to_ned, arena_yaw_from_ned_quaternion, body_to_world, ned_to_arena,
-    vel_arena_to_ned, vel_ned_to_arena, yaw_quaternion_ned,
+    DepthResampler,
+    arena_to_ned,
+    arena_yaw_from_ned_quaternion,
+    body_to_world,
+    ned_to_arena,
+    vel_arena_to_ned,
+    vel_ned_to_arena,
+    yaw_quaternion_ned,
 )
+from nav_env.airsim.scene import Scene, sized_config
+from nav_env.arena import FAR, Episode, sample_episode
 from nav_env.common import ZoneCurriculum, action_space, choose_zone, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
@@ -81,7 +89,7 @@ class AirSimNavEnv(gym.Env):
         rpc_timeout_s: float = 60.0,
         client: str = "auto",
         episode_fn: Callable[[np.random.Generator, NavConfig, int | None], Episode] | None = None,
-        scene: "Scene | dict | str | None" = None,
+        scene: Scene | dict | str | None = None,
     ):
         self.cfg = resolve_config(level, config, overrides)
         if render_mode not in (None, "rgb_array"):
@@ -120,12 +128,16 @@ class AirSimNavEnv(gym.Env):
             self._c.set_nodelay()
             server = self._call("getServerVersion", lambda c: c.getServerVersion())
             min_client = self._call("getMinRequiredClientVersion", lambda c: c.getMinRequiredClientVersion())
-            client_v, min_server = self._call("getClientVersion", lambda c: (c.getClientVersion(), c.getMinRequiredServerVersion()))
+            client_v, min_server = self._call(
+                "getClientVersion", lambda c: (c.getClientVersion(), c.getMinRequiredServerVersion())
+            )
             warn_versions(int(server), int(min_client), int(client_v), int(min_server), f"{host}:{port}")
         except BaseException:
             self.close()
             raise
-        image_type = self.airsim.ImageType.DepthPerspective if depth_type == "perspective" else self.airsim.ImageType.DepthPlanar
+        image_type = (
+            self.airsim.ImageType.DepthPerspective if depth_type == "perspective" else self.airsim.ImageType.DepthPlanar
+        )
         self._request = self.airsim.ImageRequest(self.camera_name, image_type, True, False)
 
     # ------------------------------------------------------------------ gymnasium API
@@ -173,7 +185,13 @@ class AirSimNavEnv(gym.Env):
         if self._done and self.cfg.curriculum.enabled:
             self.curriculum.record(self.episode.zone, bool(success[0]))
         self._last_obs = self._observe()
-        return self._last_obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self.sim.info(0, bool(collision[0]), bool(success[0]))
+        return (
+            self._last_obs,
+            float(reward[0]),
+            bool(terminated[0]),
+            bool(truncated[0]),
+            self.sim.info(0, bool(collision[0]), bool(success[0])),
+        )
 
     def render(self):
         if self.render_mode != "rgb_array":
@@ -258,11 +276,11 @@ class AirSimNavEnv(gym.Env):
             msg = getattr(r, "message", "")
             raise AirSimError(
                 f"AirSim simGetImages: camera {self.camera_name!r} returned no float depth frame "
-                f"({w} x {h} px, {data.size} values{'; ' + str(msg) if msg else ''}); check the camera name and settings.json")
+                f"({w} x {h} px, {data.size} values{'; ' + str(msg) if msg else ''}); check the camera name and settings.json"
+            )
         if self._resampler is None or self._resampler.src_shape != (h, w):
             try:
                 self._resampler = DepthResampler(self.cfg, w, h, self.camera_fov_deg, self.depth_type == "perspective")
             except ValueError as e:
                 raise AirSimError(f"AirSim camera {self.camera_name!r}: {e}") from None
         return self._resampler(data.reshape(h, w))
-

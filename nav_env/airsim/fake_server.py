@@ -16,6 +16,7 @@ What it is not: Unreal, a flight controller, or AirSim's timing. Time only advan
 ``moveByVelocity`` durations are rounded to whole control periods (``vehicle.dt``); only yaw-rate
 ``YawMode`` is supported; a crashed vehicle stays put until ``reset`` or ``simSetVehiclePose``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,17 +24,24 @@ import math
 import socket
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import msgpack
 import numpy as np
 
 from airq_cli import ArgumentParser, output_file, run
-from nav_env.arena import Episode, sample_episode
-from nav_env.airsim.scene import Scene, sized_config
 from nav_env.airsim.frames import (
-    arena_to_ned, arena_yaw_from_ned_quaternion, ned_to_arena, vel_arena_to_ned, vel_ned_to_arena, world_to_body, yaw_quaternion_ned,
+    arena_to_ned,
+    arena_yaw_from_ned_quaternion,
+    ned_to_arena,
+    vel_arena_to_ned,
+    vel_ned_to_arena,
+    world_to_body,
+    yaw_quaternion_ned,
 )
+from nav_env.airsim.scene import Scene, sized_config
+from nav_env.arena import Episode, sample_episode
 from nav_env.config import NavConfig, load_level
 from nav_env.sim import BatchSim
 
@@ -61,7 +69,7 @@ class FakeAirSimServer:
     def __init__(
         self,
         cfg: NavConfig | None = None,
-        scene: "Episode | Scene | dict | str | None" = None,
+        scene: Episode | Scene | dict | str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         origin: Sequence[float] = (0.0, 0.0, 0.0),
@@ -83,8 +91,15 @@ class FakeAirSimServer:
         self.origin = tuple(float(o) for o in origin)
         cam = self.cfg.camera
         w, h = image_size or (cam.width, cam.height)
-        render_cam = dataclasses.replace(cam, width=int(w), height=int(h), fov_deg=float(image_fov_deg or cam.fov_deg),
-                                         max_range=SKY_M, noise_std=0.0, dropout=0.0)
+        render_cam = dataclasses.replace(
+            cam,
+            width=int(w),
+            height=int(h),
+            fov_deg=float(image_fov_deg or cam.fov_deg),
+            max_range=SKY_M,
+            noise_std=0.0,
+            dropout=0.0,
+        )
         world_cfg = sized_config(self.cfg, scene)
         self.render_cfg = dataclasses.replace(world_cfg, camera=render_cam)
         self.cameras, self.vehicles = tuple(cameras), tuple(vehicles)
@@ -103,7 +118,7 @@ class FakeAirSimServer:
         self._running = False
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "FakeAirSimServer":
+    def start(self) -> FakeAirSimServer:
         self._running = True
         t = threading.Thread(target=self._accept_loop, name="fake-airsim-accept", daemon=True)
         t.start()
@@ -126,7 +141,7 @@ class FakeAirSimServer:
         for t in self._threads:
             t.join(timeout=2)
 
-    def __enter__(self) -> "FakeAirSimServer":
+    def __enter__(self) -> FakeAirSimServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -199,25 +214,36 @@ class FakeAirSimServer:
             self.calls.append(method)
             self.last[method] = params
             if method in self.fail:
-                raise RPCFailure(f"rpclib: function '{method}' (called with {len(params)} arg(s)) threw an exception. "
-                                 f"The exception contained this information: {self.fail[method]}.")
+                raise RPCFailure(
+                    f"rpclib: function '{method}' (called with {len(params)} arg(s)) threw an exception. "
+                    f"The exception contained this information: {self.fail[method]}."
+                )
             spec = METHODS.get(method)
             if spec is None:
-                raise RPCFailure(f"rpclib: server could not find function '{method}' with argument count {len(params)}.")
+                raise RPCFailure(
+                    f"rpclib: server could not find function '{method}' with argument count {len(params)}."
+                )
             lo, hi = spec
             if not lo <= len(params) <= hi:
-                raise RPCFailure(f"rpclib: function '{method}' was called with an invalid number of arguments. "
-                                 f"Expected: {hi}, got: {len(params)}")
+                raise RPCFailure(
+                    f"rpclib: function '{method}' was called with an invalid number of arguments. "
+                    f"Expected: {hi}, got: {len(params)}"
+                )
             return getattr(self, "_rpc_" + method)(reply_to, *params)
 
     def _vehicle(self, name: str) -> None:
         if name not in self.vehicles:
-            raise self._throw("", f"Vehicle API for '{name}' is not available. This could either because this is "
-                                  "simulation-only API or this vehicle does not exist")
+            raise self._throw(
+                "",
+                f"Vehicle API for '{name}' is not available. This could either because this is "
+                "simulation-only API or this vehicle does not exist",
+            )
 
     def _throw(self, method: str, info: str) -> RPCFailure:
-        return RPCFailure(f"rpclib: function '{method or self.calls[-1]}' threw an exception. "
-                          f"The exception contained this information: {info}")
+        return RPCFailure(
+            f"rpclib: function '{method or self.calls[-1]}' threw an exception. "
+            f"The exception contained this information: {info}"
+        )
 
     def _controlled(self, name: str) -> None:
         self._vehicle(name)
@@ -317,10 +343,15 @@ class FakeAirSimServer:
             "angular_acceleration": _vec(0, 0, 0),
         }
         return {
-            "collision": self.collision, "kinematics_estimated": kin,
+            "collision": self.collision,
+            "kinematics_estimated": kin,
             "gps_location": {"latitude": 47.641468, "longitude": -122.140165, "altitude": 122.0 - d},
-            "timestamp": self.time_ns, "landed_state": 1, "rc_data": {"timestamp": 0, "is_valid": False},
-            "ready": True, "ready_message": "", "can_arm": True,
+            "timestamp": self.time_ns,
+            "landed_state": 1,
+            "rc_data": {"timestamp": 0, "is_valid": False},
+            "ready": True,
+            "ready_message": "",
+            "can_arm": True,
         }
 
     def _rpc_simGetImages(self, _r, requests, vehicle="", external=False):
@@ -331,7 +362,9 @@ class FakeAirSimServer:
             if cam not in self.cameras:
                 raise self._throw("", f"Camera with name '{cam}' was not found on vehicle '{vehicle}'")
             if kind not in (DEPTH_PLANAR, DEPTH_PERSPECTIVE) or not req.get("pixels_as_float"):
-                raise self._throw("", f"the fake AirSim server renders only float depth (image_type 1 or 2), got {kind}")
+                raise self._throw(
+                    "", f"the fake AirSim server renders only float depth (image_type 1 or 2), got {kind}"
+                )
             out.append(self._render(kind))
         return out
 
@@ -364,8 +397,13 @@ class FakeAirSimServer:
     def _collision_info(self, hit: bool, name: str) -> dict:
         n, e, d = arena_to_ned(self.world.pos[0], self.origin)
         return {
-            "has_collided": hit, "normal": _vec(0, 0, 0), "impact_point": _vec(n, e, d), "position": _vec(n, e, d),
-            "penetration_depth": 0.0, "time_stamp": self.time_ns if hit else 0, "object_name": name,
+            "has_collided": hit,
+            "normal": _vec(0, 0, 0),
+            "impact_point": _vec(n, e, d),
+            "position": _vec(n, e, d),
+            "penetration_depth": 0.0,
+            "time_stamp": self.time_ns if hit else 0,
+            "object_name": name,
             "object_id": 1 if hit else -1,
         }
 
@@ -381,10 +419,17 @@ class FakeAirSimServer:
         n, e, d = arena_to_ned(w.pos[0], self.origin)
         qw, qx, qy, qz = yaw_quaternion_ned(float(w.yaw[0]))
         return {
-            "image_data_uint8": b"", "image_data_float": planar.astype(np.float32).ravel().tolist(),
-            "camera_position": _vec(n, e, d), "camera_orientation": {"w_val": qw, "x_val": qx, "y_val": qy, "z_val": qz},
-            "time_stamp": self.time_ns, "message": "", "pixels_as_float": True, "compress": False,
-            "width": wd, "height": h, "image_type": kind,
+            "image_data_uint8": b"",
+            "image_data_float": planar.astype(np.float32).ravel().tolist(),
+            "camera_position": _vec(n, e, d),
+            "camera_orientation": {"w_val": qw, "x_val": qx, "y_val": qy, "z_val": qz},
+            "time_stamp": self.time_ns,
+            "message": "",
+            "pixels_as_float": True,
+            "compress": False,
+            "width": wd,
+            "height": h,
+            "image_type": kind,
         }
 
     def _flush_finished(self) -> None:
@@ -407,26 +452,60 @@ def _vec(x, y, z) -> dict:
 # method -> (min, max) parameter count; the clients differ: simGetImages has 2 params in
 # Cosys-AirSim's client and 3 in Microsoft's
 METHODS = {
-    "ping": (0, 0), "getServerVersion": (0, 0), "getMinRequiredClientVersion": (0, 0),
-    "enableApiControl": (2, 2), "isApiControlEnabled": (1, 1), "armDisarm": (2, 2), "reset": (0, 0),
-    "takeoff": (2, 2), "simSetVehiclePose": (3, 3), "moveByVelocity": (7, 7), "simPause": (1, 1),
-    "simIsPaused": (0, 0), "simContinueForTime": (1, 1), "simGetCollisionInfo": (1, 1),
-    "getMultirotorState": (1, 1), "simGetImages": (2, 3),
+    "ping": (0, 0),
+    "getServerVersion": (0, 0),
+    "getMinRequiredClientVersion": (0, 0),
+    "enableApiControl": (2, 2),
+    "isApiControlEnabled": (1, 1),
+    "armDisarm": (2, 2),
+    "reset": (0, 0),
+    "takeoff": (2, 2),
+    "simSetVehiclePose": (3, 3),
+    "moveByVelocity": (7, 7),
+    "simPause": (1, 1),
+    "simIsPaused": (0, 0),
+    "simContinueForTime": (1, 1),
+    "simGetCollisionInfo": (1, 1),
+    "getMultirotorState": (1, 1),
+    "simGetImages": (2, 3),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m nav_env.airsim.fake_server", description="A scripted stand-in AirSim server (msgpack-rpc) for trying nav_env's AirSim backend.")
+    p = ArgumentParser(
+        prog="python -m nav_env.airsim.fake_server",
+        description="A scripted stand-in AirSim server (msgpack-rpc) for trying nav_env's AirSim backend.",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=41451)
     p.add_argument("--level", default="default", help="level whose arena, camera and dynamics the world uses")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scene-seed", type=int, default=None,
-                   help="fill the arena with the static obstacles of the episode drawn from this seed (default: empty arena)")
-    g.add_argument("--scene", default=None, help="a scene JSON file: {\"cylinders\": [[x, y, r], ...], \"boxes\": [[x0, y0, x1, y1], ...]}")
-    p.add_argument("--write-scene", type=output_file, default=None, metavar="FILE",
-                   help="write the world's obstacles as a scene JSON, for AirSimNavEnv(scene=FILE)")
-    p.add_argument("--image-size", type=int, nargs=2, metavar=("W", "H"), default=None, help="depth frame size (default: the level's)")
+    g.add_argument(
+        "--scene-seed",
+        type=int,
+        default=None,
+        help="fill the arena with the static obstacles of the episode drawn from this seed (default: empty arena)",
+    )
+    g.add_argument(
+        "--scene",
+        default=None,
+        help='a scene JSON file: {"cylinders": [[x, y, r], ...], "boxes": [[x0, y0, x1, y1], ...]}',
+    )
+    p.add_argument(
+        "--write-scene",
+        type=output_file,
+        default=None,
+        metavar="FILE",
+        help="write the world's obstacles as a scene JSON, for AirSimNavEnv(scene=FILE)",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        metavar=("W", "H"),
+        default=None,
+        help="depth frame size (default: the level's)",
+    )
     args = p.parse_args(argv)
     cfg = load_level(args.level)
     scene = Scene.load(args.scene) if args.scene else Scene()
@@ -434,9 +513,14 @@ def main(argv: list[str] | None = None) -> int:
         scene = Scene.from_episode(sample_episode(np.random.default_rng(args.scene_seed), cfg))
     if args.write_scene:
         print(f"scene written to {scene.save(args.write_scene)}")
-    server = FakeAirSimServer(cfg, scene, host=args.host, port=args.port, image_size=tuple(args.image_size) if args.image_size else None)
-    print(f"fake AirSim server on {server.host}:{server.port} (level {cfg.level}, "
-          f"{len(scene.cylinders)} cylinders, {len(scene.boxes)} boxes); Ctrl-C to stop", flush=True)
+    server = FakeAirSimServer(
+        cfg, scene, host=args.host, port=args.port, image_size=tuple(args.image_size) if args.image_size else None
+    )
+    print(
+        f"fake AirSim server on {server.host}:{server.port} (level {cfg.level}, "
+        f"{len(scene.cylinders)} cylinders, {len(scene.boxes)} boxes); Ctrl-C to stop",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -7,10 +7,11 @@ The arena origin (its south-east-floor corner, x = y = z = 0) sits at ``origin``
 coordinates, so ``ned = origin + (x, -y, -z)`` and ``yaw_ned = -yaw``: a 180-degree rotation about
 the north axis (a proper rotation, so handedness is preserved).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -86,13 +87,15 @@ class DepthResampler:
         ri = np.floor(row + 0.5).astype(np.int64)
         if ci.min() < 0 or ci.max() >= src_w:
             raise ValueError(
-                f"the AirSim camera's horizontal FOV ({src_fov_deg:g} deg) is narrower than the env's ({c.fov_deg:g} deg)")
+                f"the AirSim camera's horizontal FOV ({src_fov_deg:g} deg) is narrower than the env's ({c.fov_deg:g} deg)"
+            )
         if ri.min() < 0 or ri.max() >= src_h:
             need = 2 * math.degrees(math.atan((c.height / 2) / f))
             have = 2 * math.degrees(math.atan((src_h / 2) / f0))
             raise ValueError(
                 f"the AirSim camera's vertical FOV ({have:.1f} deg: {src_w} x {src_h} px at {src_fov_deg:g} deg "
-                f"horizontal) is narrower than the env's ({need:.1f} deg); use a taller frame")
+                f"horizontal) is narrower than the env's ({need:.1f} deg); use a taller frame"
+            )
         self.rows, self.cols = ri[:, None], ci[None, :]
         if perspective:
             u0 = (src_w / 2 - (ci + 0.5)) / f0

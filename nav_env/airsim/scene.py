@@ -11,6 +11,7 @@ embedded simulator does (``sample_episode``), keeping only draws whose start and
 ``obstacles.clearance`` from every obstacle and joined by a collision-free path
 (``nav_env.arena.solvable``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,7 +46,7 @@ class Scene:
         object.__setattr__(self, "boxes", box)
 
     @classmethod
-    def load(cls, src: "Scene | dict[str, Any] | str | os.PathLike") -> "Scene":
+    def load(cls, src: Scene | dict[str, Any] | str | os.PathLike) -> Scene:
         """From a Scene, a dict with ``cylinders`` / ``boxes``, or a JSON file holding one."""
         if isinstance(src, Scene):
             return src
@@ -59,7 +60,7 @@ class Scene:
         return cls(tuple(src.get("cylinders", ())), tuple(src.get("boxes", ())))
 
     @classmethod
-    def from_episode(cls, ep: Episode) -> "Scene":
+    def from_episode(cls, ep: Episode) -> Scene:
         """The static obstacles of an episode (moving ones are not part of a map)."""
         cyl = [tuple(c[:3]) for c in ep.cyl if c[0] < FAR and c[3] == 0 and c[4] == 0]
         box = [tuple(b) for b in ep.box if b[0] < FAR]

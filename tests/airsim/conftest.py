@@ -1,6 +1,7 @@
 """Fixtures for the AirSim backend tests: a fake AirSim server on an ephemeral localhost port,
 driven by the real client library (``cosysairsim`` from the ``airsim`` extra; Microsoft's ``airsim``
 too when it is installed)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -10,10 +11,14 @@ import pytest
 from nav_env.airsim.fake_server import FakeAirSimServer
 
 CLIENTS = [
-    pytest.param(name, marks=pytest.mark.skipif(
-        importlib.util.find_spec(name) is None,
-        reason=f"AirSim client library {name!r} not installed (pip install 'airq[airsim]'"
-               + (")" if name == "cosysairsim" else "; Microsoft's client: see docs/airsim.md)")))
+    pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec(name) is None,
+            reason=f"AirSim client library {name!r} not installed (pip install 'airq[airsim]'"
+            + (")" if name == "cosysairsim" else "; Microsoft's client: see docs/airsim.md)"),
+        ),
+    )
     for name in ("cosysairsim", "airsim")
 ]
 

@@ -1,5 +1,6 @@
 """AirSimNavEnv against the fake AirSim server, through the real client library (skipped cleanly
 when the library is not installed: ``pip install 'airq[airsim]'``)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -79,7 +80,9 @@ def test_same_episode_same_actions_as_embedded(serve, connect, level, lockstep):
         assert r1 == pytest.approx(r2, abs=1e-4)
         np.testing.assert_allclose(o1[1024:], o2[1024:], atol=1e-4)
         assert np.mean(np.abs(o1[:1024] - o2[:1024]) < 1e-4) > 0.99  # a grazing ray may flip with float32 poses
-        assert {k: i1[k] for k in ("is_success", "collision", "steps", "zone")} == {k: i2[k] for k in ("is_success", "collision", "steps", "zone")}
+        assert {k: i1[k] for k in ("is_success", "collision", "steps", "zone")} == {
+            k: i2[k] for k in ("is_success", "collision", "steps", "zone")
+        }
         assert i1["distance_to_goal"] == pytest.approx(i2["distance_to_goal"], abs=1e-4)
         assert i1["path_length"] == pytest.approx(i2["path_length"], abs=1e-3)
         if te1 or tr1:
@@ -177,7 +180,9 @@ def test_server_error_surfaces_as_a_clear_error(serve, connect):
     ep = make_episode(CFG, (10, 15), (25, 15))
     env = connect(serve(CFG, ep, fail={"moveByVelocity": "motor 3 failed"}), CFG)
     env.reset(options={"episode": ep})
-    with pytest.raises(AirSimError, match=r"AirSim moveByVelocity: the simulator reported an error: .*motor 3 failed") as e:
+    with pytest.raises(
+        AirSimError, match=r"AirSim moveByVelocity: the simulator reported an error: .*motor 3 failed"
+    ) as e:
         env.step(FORWARD5)
     assert "\n" not in str(e.value)
     env2 = connect(serve(CFG, ep), CFG, camera_name="no_such_camera")
@@ -192,7 +197,9 @@ def test_absent_server_fails_fast(client_name):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    with pytest.raises(AirSimConnectionError, match=f"cannot reach the AirSim simulator at 127.0.0.1:{port} within 1 s") as e:
+    with pytest.raises(
+        AirSimConnectionError, match=f"cannot reach the AirSim simulator at 127.0.0.1:{port} within 1 s"
+    ) as e:
         AirSimNavEnv(config=CFG, host="127.0.0.1", port=port, timeout_s=1.0, client=client_name)
     assert time.monotonic() - t0 < 3.0
     assert "\n" not in str(e.value)

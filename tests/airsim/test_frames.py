@@ -1,12 +1,19 @@
 """Frame and depth conventions of the AirSim backend (pure numpy: no client library needed)."""
+
 import math
 
 import numpy as np
 import pytest
 
 from nav_env.airsim.frames import (
-    FLIP, DepthResampler, arena_to_ned, arena_yaw_from_ned_quaternion, body_to_world, ned_to_arena,
-    world_to_body, yaw_quaternion_ned,
+    FLIP,
+    DepthResampler,
+    arena_to_ned,
+    arena_yaw_from_ned_quaternion,
+    body_to_world,
+    ned_to_arena,
+    world_to_body,
+    yaw_quaternion_ned,
 )
 from nav_env.arena import make_episode
 from nav_env.config import load_level
@@ -27,7 +34,9 @@ def test_arena_to_ned_by_hand():
 def test_yaw_round_trip_and_sense(yaw):
     w, x, y, z = yaw_quaternion_ned(yaw)
     assert math.isclose(w * w + z * z, 1.0) and x == y == 0.0
-    assert math.isclose(math.remainder(arena_yaw_from_ned_quaternion(w, x, y, z) - yaw, 2 * math.pi), 0.0, abs_tol=1e-12)
+    assert math.isclose(
+        math.remainder(arena_yaw_from_ned_quaternion(w, x, y, z) - yaw, 2 * math.pi), 0.0, abs_tol=1e-12
+    )
 
 
 def test_left_turn_is_negative_ned_yaw():

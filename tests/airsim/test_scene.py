@@ -1,4 +1,5 @@
 """Known maps: scenes, episodes drawn clear of them, and the fake server's world built from one."""
+
 import json
 
 import numpy as np
@@ -33,7 +34,9 @@ def test_episodes_are_drawn_clear_of_the_scene():
     draw = scene.episode_fn()
     for seed in range(5):
         ep = draw(np.random.default_rng(seed), CFG, None)
-        assert scene.clearance(ep.start) >= CFG.obstacles.clearance and scene.clearance(ep.goal) >= CFG.obstacles.clearance
+        assert (
+            scene.clearance(ep.start) >= CFG.obstacles.clearance and scene.clearance(ep.goal) >= CFG.obstacles.clearance
+        )
         assert solvable(ep, CFG)
         again = draw(np.random.default_rng(seed), CFG, None)
         np.testing.assert_array_equal(ep.start, again.start)

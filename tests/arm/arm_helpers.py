@@ -14,7 +14,10 @@ MODELS = REPO / "models"
 # The shipped Policy I artifacts: fp32 and static int8 are the pair; the others are compared too
 # when present (int8-dynamic under the int8 criteria; fp16 reported, not judged: no criterion set for it).
 SHIPPED = {"fp32": MODELS / "policy1_fp32.onnx", "int8": MODELS / "policy1_int8.onnx"}
-SHIPPED_EXTRA = {"int8-dynamic": (MODELS / "policy1_int8-dynamic.onnx", "int8"), "fp16": (MODELS / "policy1_fp16.onnx", "fp16")}
+SHIPPED_EXTRA = {
+    "int8-dynamic": (MODELS / "policy1_int8-dynamic.onnx", "int8"),
+    "fp16": (MODELS / "policy1_fp16.onnx", "fp16"),
+}
 FIRST_SEED = 100  # rollouts (level default) from seeds 100, 101, ... whose observations both bridges see
 MIN_OBSERVATIONS = 2000  # so a 0.5% disagreement is 10 observations
 MAX_STEPS_PER_EPISODE = 300

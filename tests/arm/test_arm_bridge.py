@@ -64,14 +64,19 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
         FIGURES.append(
             f"{emulated_cpu}: {p.label} [{p.source}] actions identical {agree:.2%} ({int((a_nat != a_emu).sum())}/{n} "
             f"differ), {logit_text}{vs_fp32}; round trip p50 emulated {np.median(rtt) / 1e3:.0f} us, native "
-            f"{np.median(rtt_nat) / 1e3:.0f} us" + ("" if p.precision in ("fp32", "int8") else " (reported, not judged)")
+            f"{np.median(rtt_nat) / 1e3:.0f} us"
+            + ("" if p.precision in ("fp32", "int8") else " (reported, not judged)")
         )
         if p.precision == "fp32":
             if not (agree == 1.0 and max_diff <= FP32_LOGIT_TOL):
-                failures.append(f"{emulated_cpu} {p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}")
+                failures.append(
+                    f"{emulated_cpu} {p.label}: fp32 agreement {agree:.4%}, max logit diff {max_diff:.3g} > {FP32_LOGIT_TOL}"
+                )
         elif p.precision == "int8" and not (agree == 1.0 and max_diff <= INT8_STATIC_LOGIT_TOL):
-            failures.append(f"{emulated_cpu} {p.label}: int8 actions identical {agree:.4%} (need 100%), max logit diff "
-                            f"{max_diff:.3g} (tol {INT8_STATIC_LOGIT_TOL})")
+            failures.append(
+                f"{emulated_cpu} {p.label}: int8 actions identical {agree:.4%} (need 100%), max logit diff "
+                f"{max_diff:.3g} (tol {INT8_STATIC_LOGIT_TOL})"
+            )
     assert not failures, "; ".join(failures)
 
 

@@ -115,7 +115,18 @@ def test_systemd_quoting_escapes_specifiers() -> None:
 
 def test_bench_reports_round_trip_and_overhead() -> None:
     result = run_module(
-        "firmware_bridge.bench", "--n", "40", "--warmup", "5", "--block", "15", "--obs-dim", "64", "--hidden", "16", "--json"
+        "firmware_bridge.bench",
+        "--n",
+        "40",
+        "--warmup",
+        "5",
+        "--block",
+        "15",
+        "--obs-dim",
+        "64",
+        "--hidden",
+        "16",
+        "--json",
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -164,11 +175,20 @@ def test_keys_cli_and_curve_flags(tmp_path: Path) -> None:
     empty = tmp_path / "nobody"
     empty.mkdir()
     assert_usage_error(
-        run_module("firmware_bridge.serve", "--bind", "tcp://127.0.0.1:*", "--curve-secret",
-                   str(tmp_path / "keys" / "bridge.key_secret"), "--curve-clients", str(empty)),
+        run_module(
+            "firmware_bridge.serve",
+            "--bind",
+            "tcp://127.0.0.1:*",
+            "--curve-secret",
+            str(tmp_path / "keys" / "bridge.key_secret"),
+            "--curve-clients",
+            str(empty),
+        ),
         "no client keys",
     )
-    unit = run_module("firmware_bridge.systemd", "--curve-secret", "keys/bridge.key_secret", "--curve-clients", "keys/clients")
+    unit = run_module(
+        "firmware_bridge.systemd", "--curve-secret", "keys/bridge.key_secret", "--curve-clients", "keys/clients"
+    )
     assert unit.returncode == 0 and "UNAUTHENTICATED" not in unit.stderr
     exec_line = next(line for line in unit.stdout.splitlines() if line.startswith("ExecStart="))
     argv = shlex.split(exec_line.removeprefix("ExecStart="))

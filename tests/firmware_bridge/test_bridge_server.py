@@ -197,8 +197,14 @@ def test_oversize_messages(
     start_bridge: Any, discrete_model_file: Path, discrete_model: bytes, obs: np.ndarray
 ) -> None:
     limit = 16 * 1024
-    bridge = start_bridge("--policy", str(discrete_model_file), "--max-message-bytes", str(limit),
-                          "--max-model-bytes", str(len(discrete_model) - 1))
+    bridge = start_bridge(
+        "--policy",
+        str(discrete_model_file),
+        "--max-message-bytes",
+        str(limit),
+        "--max-model-bytes",
+        str(len(discrete_model) - 1),
+    )
     client = RawClient(bridge.endpoint)
     hello = client.call(hello_request(1))
     assert (hello["max_message_bytes"], hello["max_model_bytes"]) == (limit, len(discrete_model) - 1)
@@ -207,8 +213,16 @@ def test_oversize_messages(
     reply = client.call(padded)
     assert (reply["code"], reply["seq"]) == (ErrorCode.TOO_LARGE, 2)
     # A model one byte over --max-model-bytes is refused at its first chunk, before any is stored.
-    upload = client.call(request("load_policy", 3, onnx=discrete_model[:1000], size=len(discrete_model), offset=0,
-                                 sha256=firmware_bridge.protocol.sha256_hex(discrete_model)))
+    upload = client.call(
+        request(
+            "load_policy",
+            3,
+            onnx=discrete_model[:1000],
+            size=len(discrete_model),
+            offset=0,
+            sha256=firmware_bridge.protocol.sha256_hex(discrete_model),
+        )
+    )
     assert (upload["code"], upload["seq"]) == (ErrorCode.TOO_LARGE, 3) and "--max-model-bytes" in upload["message"]
     assert_act_matches_local(act_ok(client, obs), discrete_model, obs)
 

@@ -1,27 +1,55 @@
 """The int8 kernel probe (firmware_bridge.int8_kernels): the embedded model is the one it claims to be,
 its verdict matches the CPU's int8 instructions, the chosen u8s7 scheme is exact on this host, and a
 file in a scheme this host does not compute exactly gets a warning."""
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from firmware_bridge.int8_kernels import (PROBE_ACTIVATION, PROBE_COLUMNS, PROBE_K, Int8Kernels, cpu_int8_features,
-                                          int8_kernels, probe_model_bytes, run_probe, saturation_warning, scheme_of)
+from firmware_bridge.int8_kernels import (
+    PROBE_ACTIVATION,
+    PROBE_COLUMNS,
+    PROBE_K,
+    Int8Kernels,
+    cpu_int8_features,
+    int8_kernels,
+    probe_model_bytes,
+    run_probe,
+    saturation_warning,
+    scheme_of,
+)
 
 
 def test_embedded_probe_is_the_documented_qgemm():
     b = np.array([PROBE_COLUMNS] * PROBE_K, dtype=np.int8)
-    inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
-             numpy_helper.from_array(np.array(0, np.uint8), "a_zero_point"),
-             numpy_helper.from_array(np.array(1.0, np.float32), "b_scale"),
-             numpy_helper.from_array(np.array(0, np.int8), "b_zero_point")]
-    node = helper.make_node("QGemm", ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point"], ["y"],
-                            domain="com.microsoft", name="probe")
-    graph = helper.make_graph([node], "airq_int8_probe", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["n", PROBE_K])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", len(PROBE_COLUMNS)])], inits)
-    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
-                              ir_version=8, producer_name="airq")
+    inits = [
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
+        numpy_helper.from_array(np.array(0, np.uint8), "a_zero_point"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "b_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "b_zero_point"),
+    ]
+    node = helper.make_node(
+        "QGemm",
+        ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point"],
+        ["y"],
+        domain="com.microsoft",
+        name="probe",
+    )
+    graph = helper.make_graph(
+        [node],
+        "airq_int8_probe",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["n", PROBE_K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", len(PROBE_COLUMNS)])],
+        inits,
+    )
+    built = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=8,
+        producer_name="airq",
+    )
     assert onnx.load_from_string(probe_model_bytes()) == built
 
 
@@ -44,7 +72,8 @@ def test_saturation_is_what_the_probe_says_it_is():
     import onnxruntime as ort
 
     y = ort.InferenceSession(probe_model_bytes(), providers=["CPUExecutionProvider"]).run(
-        None, {"a": np.full((1, PROBE_K), PROBE_ACTIVATION, np.uint8)})[0][0]
+        None, {"a": np.full((1, PROBE_K), PROBE_ACTIVATION, np.uint8)}
+    )[0][0]
     exact = PROBE_ACTIVATION * PROBE_K * np.array(PROBE_COLUMNS, dtype=np.float64)
     assert np.array_equal(y[2:], exact[2:])
     if int8_kernels().u8s8_exact:
@@ -53,13 +82,18 @@ def test_saturation_is_what_the_probe_says_it_is():
         assert y[0] == 32 * 32767 and y[0] < exact[0]
 
 
-@pytest.mark.parametrize("meta, scheme", [
-    ({"airq.precision": "fp32"}, None), ({}, None), ({"airq.precision": "fp16"}, None),
-    ({"airq.precision": "int8"}, "u8s8"),  # files from before schemes were recorded
-    ({"airq.precision": "int8", "airq.quant.scheme": "u8s7"}, "u8s7"),
-    ({"airq.precision": "int8-dynamic", "airq.quant.scheme": "u8s7"}, "u8s7"),
-    ({"airq.precision": "int8-dynamic"}, "u8s8"),
-])
+@pytest.mark.parametrize(
+    "meta, scheme",
+    [
+        ({"airq.precision": "fp32"}, None),
+        ({}, None),
+        ({"airq.precision": "fp16"}, None),
+        ({"airq.precision": "int8"}, "u8s8"),  # files from before schemes were recorded
+        ({"airq.precision": "int8", "airq.quant.scheme": "u8s7"}, "u8s7"),
+        ({"airq.precision": "int8-dynamic", "airq.quant.scheme": "u8s7"}, "u8s7"),
+        ({"airq.precision": "int8-dynamic"}, "u8s8"),
+    ],
+)
 def test_scheme_of_metadata(meta, scheme):
     assert scheme_of(meta) == scheme
 

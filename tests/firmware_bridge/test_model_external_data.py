@@ -48,7 +48,8 @@ def exploit_model(location: str = "secret.txt") -> bytes:
         helper.make_node("Gather", ["weights", "index"], ["logits"], axis=0),
     ]
     graph = helper.make_graph(
-        nodes, "leak",
+        nodes,
+        "leak",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", WIDTH])],
         initializer=[
@@ -65,8 +66,16 @@ def exploit_model(location: str = "secret.txt") -> bytes:
 
 
 def _upload(client: RawClient, model: bytes, seq: int = 1) -> dict:
-    return client.call({"v": PROTOCOL_VERSION, "type": "load_policy", "seq": seq, "onnx": model,
-                        "sha256": sha256_hex(model), "name": "leak"})
+    return client.call(
+        {
+            "v": PROTOCOL_VERSION,
+            "type": "load_policy",
+            "seq": seq,
+            "onnx": model,
+            "sha256": sha256_hex(model),
+            "name": "leak",
+        }
+    )
 
 
 def test_the_exploit_really_reads_the_file_without_the_check(tmp_path, monkeypatch):
@@ -92,14 +101,24 @@ def test_bridge_refuses_external_data_and_leaks_nothing(tmp_path, monkeypatch, s
         replies = [reply]
         # The previous policy keeps flying; whatever the acts return, never a byte of the file.
         for seq in range(2, 6):
-            replies.append(client.call({"v": PROTOCOL_VERSION, "type": "act", "seq": seq, "obs": obs.tobytes(),
-                                        "shape": [obs.size], "dtype": "<f4"}))
+            replies.append(
+                client.call(
+                    {
+                        "v": PROTOCOL_VERSION,
+                        "type": "act",
+                        "seq": seq,
+                        "obs": obs.tobytes(),
+                        "shape": [obs.size],
+                        "dtype": "<f4",
+                    }
+                )
+            )
             assert replies[-1]["type"] == "act", replies[-1]
         replies.append(client.call({"v": PROTOCOL_VERSION, "type": "status", "seq": 9}))
         assert replies[-1]["policy"]["sha256"] != sha256_hex(exploit_model())
         wire = b"".join(pack(r) for r in replies)
         for start in range(0, len(SECRET) - 8, 4):
-            assert SECRET[start:start + 8] not in wire
+            assert SECRET[start : start + 8] not in wire
     finally:
         client.close()
 
@@ -114,11 +133,17 @@ def _model_with_constant(tensor: TensorProto, *, in_if_branch: bool = False) -> 
     const = helper.make_node("Constant", [], ["c"], value=tensor)
     out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4])
     if in_if_branch:
-        branch = helper.make_graph([const, helper.make_node("Identity", ["c"], ["logits_b"])], "branch", [],
-                                   [helper.make_tensor_value_info("logits_b", TensorProto.FLOAT, [1, 4])])
-        nodes = [helper.make_node("ReduceSum", ["obs"], ["s"], keepdims=0),
-                 helper.make_node("Cast", ["s"], ["cond"], to=TensorProto.BOOL),
-                 helper.make_node("If", ["cond"], ["logits"], then_branch=branch, else_branch=branch)]
+        branch = helper.make_graph(
+            [const, helper.make_node("Identity", ["c"], ["logits_b"])],
+            "branch",
+            [],
+            [helper.make_tensor_value_info("logits_b", TensorProto.FLOAT, [1, 4])],
+        )
+        nodes = [
+            helper.make_node("ReduceSum", ["obs"], ["s"], keepdims=0),
+            helper.make_node("Cast", ["s"], ["cond"], to=TensorProto.BOOL),
+            helper.make_node("If", ["cond"], ["logits"], then_branch=branch, else_branch=branch),
+        ]
     else:
         nodes = [const, helper.make_node("Add", ["c", "obs"], ["logits"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, 4])], [out])
@@ -137,8 +162,9 @@ def test_checker_finds_external_data_in_constants_and_subgraphs():
         check_self_contained(_model_with_constant(bare, in_if_branch=True))
     # A sparse initializer whose values are external.
     graph = onnx.parser.parse_graph("g (float[1,4] obs) => (float[1,4] logits) { logits = Identity(obs) }")
-    sparse = helper.make_sparse_tensor(_external("sv", "vals.bin", [2]),
-                                       helper.make_tensor("si", TensorProto.INT64, [2], [0, 3]), [4])
+    sparse = helper.make_sparse_tensor(
+        _external("sv", "vals.bin", [2]), helper.make_tensor("si", TensorProto.INT64, [2], [0, 3]), [4]
+    )
     graph.sparse_initializer.append(sparse)
     with pytest.raises(UnsafeModel, match="'vals.bin'"):
         check_self_contained(helper.make_model(graph).SerializeToString())
@@ -149,8 +175,9 @@ def test_checker_accepts_every_shipped_model():
     assert len(models) >= 15
     for path in models:
         check_self_contained(path.read_bytes())
-    check_self_contained(_model_with_constant(helper.make_tensor("c", TensorProto.FLOAT, [1, 4], [1, 2, 3, 4]),
-                                              in_if_branch=True))
+    check_self_contained(
+        _model_with_constant(helper.make_tensor("c", TensorProto.FLOAT, [1, 4], [1, 2, 3, 4]), in_if_branch=True)
+    )
 
 
 @pytest.mark.parametrize("garbage", [b"\x0a\xff\xff\xff\xff\x0f", b"\x0b", b"\x3a\x05abc", b"\x00\x01", b"\x80" * 12])
@@ -167,13 +194,23 @@ def test_truncated_model_is_refused():
 
 def test_field_numbers_match_the_installed_onnx():
     fields = {
-        "model": onnx.ModelProto, "graph": onnx.GraphProto, "node": onnx.NodeProto,
-        "attribute": onnx.AttributeProto, "sparse_tensor": onnx.SparseTensorProto,
-        "function": onnx.FunctionProto, "training_info": onnx.TrainingInfoProto,
+        "model": onnx.ModelProto,
+        "graph": onnx.GraphProto,
+        "node": onnx.NodeProto,
+        "attribute": onnx.AttributeProto,
+        "sparse_tensor": onnx.SparseTensorProto,
+        "function": onnx.FunctionProto,
+        "training_info": onnx.TrainingInfoProto,
     }
-    kinds = {"graph": onnx.GraphProto, "node": onnx.NodeProto, "attribute": onnx.AttributeProto,
-             "tensor": onnx.TensorProto, "sparse_tensor": onnx.SparseTensorProto, "function": onnx.FunctionProto,
-             "training_info": onnx.TrainingInfoProto}
+    kinds = {
+        "graph": onnx.GraphProto,
+        "node": onnx.NodeProto,
+        "attribute": onnx.AttributeProto,
+        "tensor": onnx.TensorProto,
+        "sparse_tensor": onnx.SparseTensorProto,
+        "function": onnx.FunctionProto,
+        "training_info": onnx.TrainingInfoProto,
+    }
     for kind, message in fields.items():
         by_number = message.DESCRIPTOR.fields_by_number
         for number, child in _CHILDREN[kind].items():
@@ -181,7 +218,8 @@ def test_field_numbers_match_the_installed_onnx():
         # Every message-typed field that can hold a tensor or graph is walked.
         for number, field in by_number.items():
             if field.message_type is not None and field.message_type.full_name in {
-                    k.DESCRIPTOR.full_name for k in kinds.values()}:
+                k.DESCRIPTOR.full_name for k in kinds.values()
+            }:
                 assert number in _CHILDREN[kind], f"{kind}.{field.name} ({number}) is not walked"
     tensor = onnx.TensorProto.DESCRIPTOR.fields_by_number
     assert tensor[TENSOR_EXTERNAL_DATA].name == "external_data"

@@ -36,7 +36,7 @@ V = 1
 
 def section(heading: str) -> str:
     start = DOC.index(heading)
-    rest = DOC[start + len(heading):]
+    rest = DOC[start + len(heading) :]
     end = re.search(r"^#{2,3} ", rest, re.M)
     return rest[: end.start()] if end else rest
 
@@ -44,7 +44,7 @@ def section(heading: str) -> str:
 def table_after(text: str, marker: str) -> list[tuple[str, str, str]]:
     """(name, type, meaning) for each field row of the first markdown table after `marker`; a row
     naming several fields (`a`, `b` | str, int) gives one triple per field."""
-    body = text[text.index(marker):]
+    body = text[text.index(marker) :]
     rows, started = [], False
     for line in body.splitlines():
         if line.startswith("|"):
@@ -78,7 +78,7 @@ def map_fields(meaning: str) -> set[str]:
 def actuator_fields() -> set[str]:
     """Section 7's list of the `actuator` map in `status`, as written."""
     text = section("## 7. Actuator and hold watchdog")
-    paragraph = text[text.index("`actuator` in `status`"):].split("\n\n")[0]
+    paragraph = text[text.index("`actuator` in `status`") :].split("\n\n")[0]
     return map_fields(paragraph.split(":", 1)[1])
 
 
@@ -116,8 +116,7 @@ def flat_keys(value: dict[str, Any]) -> set[str]:
     return keys
 
 
-def assert_reply_matches_table(reply: dict[str, Any], rows: list[tuple[str, str, str]], *,
-                               exact: bool = True) -> None:
+def assert_reply_matches_table(reply: dict[str, Any], rows: list[tuple[str, str, str]], *, exact: bool = True) -> None:
     """Every documented field present with its documented type, the fields a map row names present
     in that map, and (exact) nothing in the reply that the table does not document."""
     for name, doc_type, meaning in rows:
@@ -196,8 +195,14 @@ def sha(data: bytes) -> str:
 
 
 def act(seq: int, observation: np.ndarray, **override: Any) -> dict[str, Any]:
-    message = {"v": V, "type": "act", "seq": seq, "obs": observation.astype("<f4").tobytes(),
-               "shape": [observation.size], "dtype": "<f4"}
+    message = {
+        "v": V,
+        "type": "act",
+        "seq": seq,
+        "obs": observation.astype("<f4").tobytes(),
+        "shape": [observation.size],
+        "dtype": "<f4",
+    }
     message.update(override)
     return message
 
@@ -212,8 +217,9 @@ def without(message: dict[str, Any], field: str) -> dict[str, Any]:
     return {k: v for k, v in message.items() if k != field}
 
 
-def onnx_model(nodes: list[Any], output: Any, obs_dim: int, initializers: list[Any] = (),
-               metadata: dict[str, str] | None = None) -> bytes:
+def onnx_model(
+    nodes: list[Any], output: Any, obs_dim: int, initializers: list[Any] = (), metadata: dict[str, str] | None = None
+) -> bytes:
     """A tiny hand-written policy (obs [batch, obs_dim] -> one output) for contract cases."""
     obs = helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])
     graph = helper.make_graph(nodes, "doc", [obs], [output], initializer=list(initializers))
@@ -225,25 +231,38 @@ def onnx_model(nodes: list[Any], output: Any, obs_dim: int, initializers: list[A
 
 def action_is_obs0_model(n_actions: int) -> bytes:
     """Discrete policy whose `action` is int(obs[0]): lets a test make it produce any index."""
-    nodes = [helper.make_node("ReduceMax", ["obs"], ["m"], axes=[1], keepdims=0),
-             helper.make_node("Cast", ["m"], ["action"], to=TensorProto.INT64)]
-    return onnx_model(nodes, helper.make_tensor_value_info("action", TensorProto.INT64, ["batch"]), 4,
-                      metadata={"airq.action_space": f"discrete:{n_actions}"})
+    nodes = [
+        helper.make_node("ReduceMax", ["obs"], ["m"], axes=[1], keepdims=0),
+        helper.make_node("Cast", ["m"], ["action"], to=TensorProto.INT64),
+    ]
+    return onnx_model(
+        nodes,
+        helper.make_tensor_value_info("action", TensorProto.INT64, ["batch"]),
+        4,
+        metadata={"airq.action_space": f"discrete:{n_actions}"},
+    )
 
 
 def box_times_model(scale: float) -> bytes:
     """Box:4 policy action = obs * scale (obs_dim 4): a big obs and scale overflow to Inf."""
     weights = helper.make_tensor("k", TensorProto.FLOAT, [], [scale])
-    return onnx_model([helper.make_node("Mul", ["obs", "k"], ["action"])],
-                      helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 4]), 4, [weights],
-                      {"airq.action_space": "box:4"})
+    return onnx_model(
+        [helper.make_node("Mul", ["obs", "k"], ["action"])],
+        helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 4]),
+        4,
+        [weights],
+        {"airq.action_space": "box:4"},
+    )
 
 
 # ------------------------------------------------------------------ 1. transport
 
 
-@pytest.mark.parametrize("kind,delimiter", [(zmq.DEALER, True), (zmq.DEALER, False), (zmq.REQ, True)],
-                         ids=["dealer-delimiter", "dealer-bare", "req"])
+@pytest.mark.parametrize(
+    "kind,delimiter",
+    [(zmq.DEALER, True), (zmq.DEALER, False), (zmq.REQ, True)],
+    ids=["dealer-delimiter", "dealer-bare", "req"],
+)
 def test_1_transport_dealer_with_and_without_delimiter_and_req(doc_bridge: Any, kind: int, delimiter: bool) -> None:
     c = DocClient(doc_bridge.endpoint, kind, delimiter)
     try:
@@ -307,8 +326,11 @@ def test_1_unknown_fields_are_ignored(client: DocClient, discrete_model: bytes) 
     assert client.call(act(8, np.zeros(OBS_DIM, np.float32), frame_id=3))["type"] == "act"
 
 
-@pytest.mark.parametrize("shape", [[float(OBS_DIM)], [1.0, float(OBS_DIM)], [True, OBS_DIM], [1, float(OBS_DIM)]],
-                         ids=["float", "float-batch", "bool-batch", "float-width"])
+@pytest.mark.parametrize(
+    "shape",
+    [[float(OBS_DIM)], [1.0, float(OBS_DIM)], [True, OBS_DIM], [1, float(OBS_DIM)]],
+    ids=["float", "float-batch", "bool-batch", "float-width"],
+)
 def test_1_ints_are_ints_not_floats_or_bools(client: DocClient, discrete_model: bytes, shape: list[Any]) -> None:
     assert client.call(upload(1, discrete_model))["type"] == "load_policy"
     obs = np.zeros(OBS_DIM, np.float32)
@@ -316,10 +338,17 @@ def test_1_ints_are_ints_not_floats_or_bools(client: DocClient, discrete_model: 
     assert client.call(act(3, obs, shape=[1, OBS_DIM]))["type"] == "act"
 
 
-@pytest.mark.parametrize("request_type,field,value", [
-    ("hello", "client", 5), ("hello", "client", None), ("hello", "versions", None),
-    ("load_policy", "name", None), ("load_policy", "name", 0), ("load_policy", "name", False),
-])
+@pytest.mark.parametrize(
+    "request_type,field,value",
+    [
+        ("hello", "client", 5),
+        ("hello", "client", None),
+        ("hello", "versions", None),
+        ("load_policy", "name", None),
+        ("load_policy", "name", 0),
+        ("load_policy", "name", False),
+    ],
+)
 def test_1_optional_fields_are_absent_or_of_their_type(
     client: DocClient, discrete_model: bytes, request_type: str, field: str, value: Any
 ) -> None:
@@ -410,8 +439,9 @@ SUMMARY_ROWS = table_after(section("### 4.2 `load_policy`"), "Reply (also the `p
 UPLOAD_ONLY = ("replaced_sha256", "received")  # "load_policy reply only"
 
 
-def test_4_every_documented_reply_field_with_its_type(client: DocClient, discrete_model: bytes,
-                                                      other_discrete_model: bytes) -> None:
+def test_4_every_documented_reply_field_with_its_type(
+    client: DocClient, discrete_model: bytes, other_discrete_model: bytes
+) -> None:
     requests_before = client.call({"v": V, "type": "status", "seq": 0})["counters"]["requests"]
     hello = client.call({"v": V, "type": "hello", "seq": 1, "versions": [V], "client": "doc"})
     assert_reply_matches_table(hello, table_after(section("### 4.1 `hello`"), "Reply:"))
@@ -422,7 +452,10 @@ def test_4_every_documented_reply_field_with_its_type(client: DocClient, discret
     size = len(discrete_model)
     assert (loaded["sha256"], loaded["size_bytes"], loaded["received"]) == (sha(discrete_model), size, size)
     assert (loaded["action_space"], loaded["action_kind"], loaded["action_size"]) == (
-        f"discrete:{N_ACTIONS}", "discrete", N_ACTIONS)
+        f"discrete:{N_ACTIONS}",
+        "discrete",
+        N_ACTIONS,
+    )
     assert (loaded["name"], loaded["obs_dim"], loaded["replaced_sha256"]) == ("first", OBS_DIM, None)
     replaced = client.call(without(upload(3, other_discrete_model), "name"))
     assert replaced["replaced_sha256"] == sha(discrete_model)
@@ -460,14 +493,15 @@ def test_4_2_chunked_upload_as_written(client: DocClient, discrete_model: bytes)
     size, step = len(discrete_model), 60_000
     rows = table_after(section("### 4.2 `load_policy`"), "the others")
     for offset in range(0, size, step):
-        chunk = discrete_model[offset:offset + step]
+        chunk = discrete_model[offset : offset + step]
         reply = client.call(upload(10 + offset, chunk, sha256=sha(discrete_model), size=size, offset=offset))
         if offset + step < size:
             assert_reply_matches_table(reply, rows)
             assert reply["received"] == offset + len(chunk)
             # A resend is acknowledged without change.
-            assert client.call(upload(11 + offset, chunk, sha256=sha(discrete_model), size=size,
-                                      offset=offset))["received"] == offset + len(chunk)
+            assert client.call(upload(11 + offset, chunk, sha256=sha(discrete_model), size=size, offset=offset))[
+                "received"
+            ] == offset + len(chunk)
     assert_reply_matches_table(reply, SUMMARY_ROWS)  # the completing chunk: like a one-message upload
     assert reply["sha256"] == sha(discrete_model) and reply["received"] == size
     gap = client.call(upload(99, b"x", sha256=sha(b"xy"), size=2, offset=1))
@@ -485,8 +519,12 @@ def test_4_2_sha256_is_64_lowercase_hex(client: DocClient, discrete_model: bytes
 
 def test_4_2_a_single_float_output_is_read_as_logits_whatever_its_name(client: DocClient) -> None:
     weights = helper.make_tensor("w", TensorProto.FLOAT, [8, 6], np.arange(48, dtype=np.float32).tolist())
-    data = onnx_model([helper.make_node("MatMul", ["obs", "w"], ["q_values"])],
-                      helper.make_tensor_value_info("q_values", TensorProto.FLOAT, ["batch", 6]), 8, [weights])
+    data = onnx_model(
+        [helper.make_node("MatMul", ["obs", "w"], ["q_values"])],
+        helper.make_tensor_value_info("q_values", TensorProto.FLOAT, ["batch", 6]),
+        8,
+        [weights],
+    )
     loaded = client.call(upload(1, data))  # no metadata at all: the width 6 is the output's static shape
     assert loaded["type"] == "load_policy", loaded
     assert loaded["action_space"] == "discrete:6" and loaded["output_names"] == ["q_values"]
@@ -571,15 +609,18 @@ def test_5_the_code_table_is_the_triggered_codes() -> None:
 
 
 @pytest.mark.parametrize("code,trigger,message", TRIGGERS, ids=[f"{c}-{t}" for c, t, _ in TRIGGERS])
-def test_5_each_documented_trigger(client: DocClient, discrete_model: bytes, code: str, trigger: str,
-                                   message: Any) -> None:
+def test_5_each_documented_trigger(
+    client: DocClient, discrete_model: bytes, code: str, trigger: str, message: Any
+) -> None:
     if code != "NO_POLICY":
         assert client.call(upload(100, discrete_model))["type"] == "load_policy"
     if trigger.startswith("breaks the contract"):
         graph = helper.make_graph(
-            [helper.make_node("Add", ["obs", "b"], ["logits"])], "two",
+            [helper.make_node("Add", ["obs", "b"], ["logits"])],
+            "two",
             [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 4]) for n in ("obs", "b")],
-            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])])
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])],
+        )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 8
         message = upload(1, model.SerializeToString())
@@ -595,6 +636,7 @@ def test_5_each_documented_trigger(client: DocClient, discrete_model: bytes, cod
 
 def test_5_bad_policy_at_act_time_leaves_the_actuator_alone(client: DocClient) -> None:
     """4.3: an action outside 0..N-1 or a non-finite box action is BAD_POLICY and nothing is commanded."""
+
     def commands() -> int:
         return client.call({"v": V, "type": "status", "seq": 0})["actuator"]["commands_total"]
 
@@ -618,8 +660,9 @@ def test_9_the_example_exchange(client: DocClient, discrete_model: bytes) -> Non
     assert (hello["v"], hello["type"], hello["seq"], hello["version"]) == (1, "hello", 1, 1)
     assert hello["max_message_bytes"] == int(re.search(r'"max_message_bytes":(\d+)', example).group(1))
     client.call(upload(2, discrete_model))
-    reply = client.call({"v": 1, "type": "act", "seq": 2, "obs": np.zeros(OBS_DIM, "<f4").tobytes(),
-                         "shape": [OBS_DIM], "dtype": "<f4"})
+    reply = client.call(
+        {"v": 1, "type": "act", "seq": 2, "obs": np.zeros(OBS_DIM, "<f4").tobytes(), "shape": [OBS_DIM], "dtype": "<f4"}
+    )
     assert (reply["type"], reply["seq"]) == ("act", 2)
     assert len(reply["logits"]) == int(re.search(r'"logits":<bin (\d+) bytes>', example).group(1))
     assert type(reply["action"]) is int and len(reply["setpoint"]) == 4

@@ -22,8 +22,12 @@ KEYS = ["--curve-secret", "/etc/airq-bridge/keys/bridge.key_secret", "--curve-cl
 
 
 def generate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "firmware_bridge.systemd", "--python", sys.executable, *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "firmware_bridge.systemd", "--python", sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def directives(unit: str) -> dict[str, list[str]]:
@@ -59,8 +63,10 @@ def test_unit_is_unprivileged_sandboxed_and_keeps_keys_out_of_its_working_direct
     assert unit["After"] == ["network-online.target"] and unit["RestartPreventExitStatus"] == ["2"]
 
 
-@pytest.mark.parametrize("flag,path", [("--curve-secret", "/var/lib/airq-bridge/bridge.key_secret"),
-                                       ("--policy", "/var/lib/airq-bridge/p.onnx")])
+@pytest.mark.parametrize(
+    "flag,path",
+    [("--curve-secret", "/var/lib/airq-bridge/bridge.key_secret"), ("--policy", "/var/lib/airq-bridge/p.onnx")],
+)
 def test_keys_and_policies_in_the_working_directory_are_refused(flag, path):
     args = KEYS if flag == "--policy" else ["--curve-clients", "/etc/airq-bridge/clients"]
     result = generate(flag, path, *args)
@@ -78,10 +84,14 @@ def test_systemd_analyze_verify_and_security(tmp_path):
     unit.write_text(generate("--policy", "/etc/airq-bridge/policy.onnx", *KEYS).stdout)
     verify = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True, timeout=120)
     assert verify.returncode == 0 and "airq-bridge.service" not in verify.stderr, verify.stderr
-    security = subprocess.run([tool, "security", "--offline=yes", str(unit)], capture_output=True, text=True,
-                              timeout=120)
-    score = float(re.search(r"Overall exposure level for airq-bridge\.service: ([0-9.]+)",
-                            security.stdout + security.stderr).group(1))
+    security = subprocess.run(
+        [tool, "security", "--offline=yes", str(unit)], capture_output=True, text=True, timeout=120
+    )
+    score = float(
+        re.search(
+            r"Overall exposure level for airq-bridge\.service: ([0-9.]+)", security.stdout + security.stderr
+        ).group(1)
+    )
     assert score <= 2.0, security.stdout[-2000:]  # was 8.6 "EXPOSED" before the sandboxing
 
 
@@ -110,13 +120,24 @@ def test_bridge_runs_with_memory_deny_write_execute(tmp_path):
     from hil.client import BridgeClient
 
     models = Path(__file__).resolve().parents[2] / "models"
-    process = subprocess.Popen([sys.executable, "-c", MDWE_LAUNCHER, "--bind", "tcp://127.0.0.1:*",
-                                "--policy", str(models / "policy3_int8.onnx")],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            MDWE_LAUNCHER,
+            "--bind",
+            "tcp://127.0.0.1:*",
+            "--policy",
+            str(models / "policy3_int8.onnx"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert line.startswith(READY_PREFIX), line
-        with BridgeClient(line[len(READY_PREFIX):].strip(), timeout_s=10.0) as client:
+        with BridgeClient(line[len(READY_PREFIX) :].strip(), timeout_s=10.0) as client:
             obs_dim = client.hello()["policy"]["obs_dim"]
             assert isinstance(client.act(np.zeros(obs_dim, np.float32)).action, int)
             client.load_policy(models / "policy1_fp32.onnx")
@@ -129,7 +150,11 @@ def test_bridge_runs_with_memory_deny_write_execute(tmp_path):
 
 def test_bind_to_an_address_not_up_yet_exits_for_a_retry():
     # 192.0.2.1 (TEST-NET-1) is on no interface: as at boot before DHCP. Exit 75, not 2, so Restart= retries.
-    result = subprocess.run([sys.executable, "-m", "firmware_bridge.serve", "--bind", "tcp://192.0.2.1:5555"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "firmware_bridge.serve", "--bind", "tcp://192.0.2.1:5555"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == TRANSIENT_FAILURE_EXIT
     assert result.stderr.count("\n") == 1 and "not available" in result.stderr

@@ -10,7 +10,7 @@ SHA = sha256_hex(MODEL)
 
 
 def chunks(size: int):
-    return [(offset, MODEL[offset:offset + size]) for offset in range(0, len(MODEL), size)]
+    return [(offset, MODEL[offset : offset + size]) for offset in range(0, len(MODEL), size)]
 
 
 def test_chunks_in_order_assemble_the_model_and_resends_change_nothing():

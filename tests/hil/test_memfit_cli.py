@@ -1,40 +1,46 @@
 """hil.memfit: bad input exits 2 with one line; a short real run (bridge as a separate process in a
 real memory cgroup, real onnxruntime) writes its results; without cgroups the constrained runs are
 skipped with the reason."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hil_cgroup_support import SUPPORT
 
 import hil.memlimit as memlimit
 from hil.memfit import read_onnx_metadata, run_memory_fit
-from hil_cgroup_support import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "policy1_int8.onnx"
 
 
 def memfit(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "hil.memfit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "hil.memfit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "no/such.onnx"], "model file not found"),
-    (["--model", str(MODEL), "--memory-mb", "10"], "--memory-mb must be from 64"),
-    (["--model", str(MODEL), "--memory-mb", "99999999"], "--memory-mb must be from 64"),
-    (["--model", str(MODEL), "--swap-mb", "-1"], "--swap-mb must be >= 0"),
-    (["--model", str(MODEL), "--episodes", "0"], "--episodes must be >= 1"),
-    (["--model", str(MODEL), "--camera", "144by256"], "camera size"),
-    (["--model", str(MODEL), "--memory-mb", "lots"], "--memory-mb must be MB or MB:SWAP_MB"),
-    (["--model", str(MODEL), "--memory-mb", "900:x"], "--memory-mb must be MB or MB:SWAP_MB"),
-    (["--model", str(MODEL), "--memory-mb", "900:-5"], "swap of a limit must be >= 0"),
-    (["--model", str(MODEL), "--time-budget-s", "0"], "--time-budget-s must be positive"),
-    (["--model", str(MODEL), "--cpu", "999"], "--cpu must be a core"),
-    (["--model", str(MODEL), "--level", "nope"], "unknown level"),
-    ([], "--model"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "no/such.onnx"], "model file not found"),
+        (["--model", str(MODEL), "--memory-mb", "10"], "--memory-mb must be from 64"),
+        (["--model", str(MODEL), "--memory-mb", "99999999"], "--memory-mb must be from 64"),
+        (["--model", str(MODEL), "--swap-mb", "-1"], "--swap-mb must be >= 0"),
+        (["--model", str(MODEL), "--episodes", "0"], "--episodes must be >= 1"),
+        (["--model", str(MODEL), "--camera", "144by256"], "camera size"),
+        (["--model", str(MODEL), "--memory-mb", "lots"], "--memory-mb must be MB or MB:SWAP_MB"),
+        (["--model", str(MODEL), "--memory-mb", "900:x"], "--memory-mb must be MB or MB:SWAP_MB"),
+        (["--model", str(MODEL), "--memory-mb", "900:-5"], "swap of a limit must be >= 0"),
+        (["--model", str(MODEL), "--time-budget-s", "0"], "--time-budget-s must be positive"),
+        (["--model", str(MODEL), "--cpu", "999"], "--cpu must be a core"),
+        (["--model", str(MODEL), "--level", "nope"], "unknown level"),
+        ([], "--model"),
+    ],
+)
 def test_bad_input_exits_2(tmp_path, args, message):
     p = memfit(*args, "--out", str(tmp_path / "o"))
     assert p.returncode == 2, p.stderr
@@ -58,8 +64,20 @@ def test_camera_mismatch_is_bad_input(tmp_path):
 @pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
 def test_short_run_constrained_and_baseline(tmp_path):
     before = {c.name for c in SUPPORT.root.iterdir() if c.name.startswith("airq-memfit")}
-    p = memfit("--model", str(MODEL), "--memory-mb", "256", "--swap-mb", "0", "--episodes", "2", "--max-steps", "40",
-               "--out", str(tmp_path / "o"))
+    p = memfit(
+        "--model",
+        str(MODEL),
+        "--memory-mb",
+        "256",
+        "--swap-mb",
+        "0",
+        "--episodes",
+        "2",
+        "--max-steps",
+        "40",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert p.returncode == 0, p.stderr
     result = json.loads((tmp_path / "o" / "memfit.json").read_text())
     rows = result["rows"]
@@ -81,8 +99,16 @@ def test_short_run_constrained_and_baseline(tmp_path):
 def test_too_small_without_swap_does_not_load(tmp_path):
     # Policy III fp32 (27.5 MB of weights, held in several copies while onnxruntime loads it: about
     # 100 MB of the bridge's own pages) cannot load in 64 MB without swap: the OOM killer ends it
-    rows = run_memory_fit([ROOT / "models" / "policy3_fp32.onnx"], memory_mb=64, swap_mb=0, episodes=1, out_dir=tmp_path,
-                          baseline=False, max_steps=10, load_timeout_s=60)
+    rows = run_memory_fit(
+        [ROOT / "models" / "policy3_fp32.onnx"],
+        memory_mb=64,
+        swap_mb=0,
+        episodes=1,
+        out_dir=tmp_path,
+        baseline=False,
+        max_steps=10,
+        load_timeout_s=60,
+    )
     assert len(rows) == 1
     r = rows[0]
     assert not r["loaded"] and r["oom_kills"] >= 1 and r["exit_code"] not in (0, None)

@@ -1,15 +1,16 @@
 """hil.memlimit: a real process in a real memory cgroup (root only; CI runs as root), read back,
 cleaned up; without root the reason is given."""
+
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from hil_cgroup_support import SUPPORT
 
 import hil.memlimit as memlimit
 from hil.memlimit import CgroupSampler, MemLimitError, MemoryCgroup, SwapFile, active_swap_bytes, memory_cgroup_support
-from hil_cgroup_support import SUPPORT
 
 needs_cgroup = pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
 
@@ -28,8 +29,11 @@ time.sleep(float(sys.argv[3]))
 
 
 def start(cg, mb, passes=0, sleep=30.0):
-    return subprocess.Popen(cg.launch_prefix() + [sys.executable, "-c", ALLOC, str(mb), str(passes), str(sleep)],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        cg.launch_prefix() + [sys.executable, "-c", ALLOC, str(mb), str(passes), str(sleep)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 @needs_cgroup

@@ -1,4 +1,5 @@
 """hil.run end to end: a real bridge process over TCP, real onnxruntime, the embedded simulator."""
+
 import json
 import subprocess
 import sys
@@ -19,13 +20,29 @@ def toy_policies(tmp_path_factory):
 
 
 def hil_run(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "hil.run", "--quiet", *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hil.run", "--quiet", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_sim_only_run_reports_consistent_figures(toy_policies, tmp_path):
     small, big = toy_policies
     # a generous deadline: this test checks bookkeeping, a CI hiccup must not turn an act into a fail-safe
-    r = hil_run("--policy", small, "--policy", big, "--sim-only", "--episodes", "4", "--level", "easy", "--deadline-ms", "2000", "--out", tmp_path)
+    r = hil_run(
+        "--policy",
+        small,
+        "--policy",
+        big,
+        "--sim-only",
+        "--episodes",
+        "4",
+        "--level",
+        "easy",
+        "--deadline-ms",
+        "2000",
+        "--out",
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert [run["policy"] for run in report["runs"]] == [str(small), str(big)]
@@ -45,14 +62,18 @@ def test_sim_only_run_reports_consistent_figures(toy_policies, tmp_path):
         assert run["model_bytes"] > 0 and run["deadline_misses"] == 0
     # same seeded episodes for both policies: starts and zones pair up
     a, b = (run["episodes"] for run in report["runs"])
-    assert [(e["seed"], e["zone"], e["start_distance"]) for e in a] == [(e["seed"], e["zone"], e["start_distance"]) for e in b]
+    assert [(e["seed"], e["zone"], e["start_distance"]) for e in a] == [
+        (e["seed"], e["zone"], e["start_distance"]) for e in b
+    ]
     (cmp,) = report["comparisons"]
     assert cmp["model_size_ratio"] < 1 and cmp["success_difference"]["n"] == 4
     for name in ("latency_histogram.png", "memory_over_time.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert "speed-up" in r.stdout and "small.onnx" in r.stdout
     # the versions it was measured with: this host's packages, and the device's from the bridge
-    import numpy, onnxruntime
+    import numpy
+    import onnxruntime
+
     host = report["host_versions"]
     assert host["numpy"] == numpy.__version__ and host["onnxruntime"] == onnxruntime.__version__
     assert {"airq", "python", "torch", "gymnasium", "pyzmq", "msgpack"} <= set(host)
@@ -63,18 +84,24 @@ def test_sim_only_run_reports_consistent_figures(toy_policies, tmp_path):
 def test_paced_run_counts_deadline_misses(toy_policies, tmp_path):
     small, _ = toy_policies
     # 20 kHz is beyond what the loop can do: nearly every step misses its deadline
-    r = hil_run("--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "20000", "--out", tmp_path)
+    r = hil_run(
+        "--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "20000", "--out", tmp_path
+    )
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "report.json").read_text())["runs"][0]
     assert run["deadline_misses"] > 0.5 * run["steps"]
-    r = hil_run("--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "200", "--out", tmp_path)
+    r = hil_run(
+        "--policy", small, "--sim-only", "--episodes", "1", "--level", "easy", "--rate-hz", "200", "--out", tmp_path
+    )
     run = json.loads((tmp_path / "report.json").read_text())["runs"][0]
     assert run["actuation_hz"] < 210
 
 
 def test_profile_pins_the_bridge(toy_policies, tmp_path):
     small, _ = toy_policies
-    r = hil_run("--policy", small, "--sim-only", "--profile", "pi3b", "--episodes", "1", "--level", "easy", "--out", tmp_path)
+    r = hil_run(
+        "--policy", small, "--sim-only", "--profile", "pi3b", "--episodes", "1", "--level", "easy", "--out", tmp_path
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["profile"]["name"] == "pi3b"
@@ -115,9 +142,22 @@ def test_report_says_which_int8_kernels_and_warns_on_a_saturating_file(tmp_path,
 
     model = tmp_path / f"policy1_{scheme}.onnx"
     src = Path(__file__).resolve().parents[2] / "models" / "policy1_fp32.onnx"
-    quantize_file(src, "int8", model, calibration_episodes=2, heldout_episodes=0, options=StaticInt8Options(scheme=scheme))
-    r = hil_run("--policy", model, "--sim-only", "--episodes", "1", "--level", "easy", "--deadline-ms", "2000",
-                "--out", tmp_path / "out")
+    quantize_file(
+        src, "int8", model, calibration_episodes=2, heldout_episodes=0, options=StaticInt8Options(scheme=scheme)
+    )
+    r = hil_run(
+        "--policy",
+        model,
+        "--sim-only",
+        "--episodes",
+        "1",
+        "--level",
+        "easy",
+        "--deadline-ms",
+        "2000",
+        "--out",
+        tmp_path / "out",
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["device"]["device"]["int8_kernels"] == int8_kernels().as_dict()

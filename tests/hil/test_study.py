@@ -1,4 +1,5 @@
 """python -m hil.study end to end: real bridge processes, real onnxruntime, TCP; and its bad inputs."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ MODELS = ROOT / "models"
 
 
 def study(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hil.study", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hil.study", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +36,47 @@ def tiny_models(tmp_path_factory) -> list[Path]:
 def memory_args(cache: Path) -> list[str]:
     """A cheap memory stage: Policy I widened to a 64 x 64 camera (1.1 MB), its int8 calibrated on 2
     episodes, two RAM limits without swap (no swap file needed), one episode per run."""
-    return ["--memory-source", str(MODELS / "policy1_fp32.onnx"), "--memory-camera", "64x64", "--memory-limits", "256:0", "128:0",
-            "--memory-episodes", "1", "--memory-calibration-episodes", "2", "--memory-cache", str(cache)]
+    return [
+        "--memory-source",
+        str(MODELS / "policy1_fp32.onnx"),
+        "--memory-camera",
+        "64x64",
+        "--memory-limits",
+        "256:0",
+        "128:0",
+        "--memory-episodes",
+        "1",
+        "--memory-calibration-episodes",
+        "2",
+        "--memory-cache",
+        str(cache),
+    ]
 
 
 @pytest.fixture(scope="module")
 def finished(tiny_models, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("study")
     cache = tmp_path_factory.mktemp("memcache")
-    proc = study("--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "3",
-                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet",
-                 *memory_args(cache))
+    proc = study(
+        "--sim-only",
+        "--profile",
+        "pi3b",
+        "--models",
+        *map(str, tiny_models),
+        "--episodes",
+        "3",
+        "--levels",
+        "default",
+        "hard",
+        "--timing-rounds",
+        "2",
+        "--timing-acts",
+        "30",
+        "--out",
+        str(out),
+        "--quiet",
+        *memory_args(cache),
+    )
     return out, proc
 
 
@@ -55,7 +88,12 @@ def test_study_writes_consistent_results(finished):
     data = json.loads((out / "study.json").read_text())
     assert data["complete"] is True
     rows = data["rows"]
-    assert sorted((r["level"], r["precision"]) for r in rows) == [("default", "fp32"), ("default", "int8"), ("hard", "fp32"), ("hard", "int8")]
+    assert sorted((r["level"], r["precision"]) for r in rows) == [
+        ("default", "fp32"),
+        ("default", "int8"),
+        ("hard", "fp32"),
+        ("hard", "int8"),
+    ]
     for r in rows:
         cell = data["cells"][f"{r['level']}/tiny"]
         run = next(x for x in cell["runs"] if x["policy"] == r["model"])
@@ -65,7 +103,9 @@ def test_study_writes_consistent_results(finished):
         assert r["success_ci95"][0] <= r["success_rate"] <= r["success_ci95"][1]
         assert [e["seed"] for e in run["episodes"]] == [0, 1, 2]  # every precision flies the same seeded episodes
         assert r["speedup_vs_fp32"] > 0 and r["model_size_ratio_vs_fp32"] > 0 and r["peak_rss_ratio_vs_fp32"] > 0
-        assert r["timing_inference_us"]["p50"] > 0 and r["timing_inference_us"]["p99"] >= r["timing_inference_us"]["p50"]
+        assert (
+            r["timing_inference_us"]["p50"] > 0 and r["timing_inference_us"]["p99"] >= r["timing_inference_us"]["p50"]
+        )
         assert r["actuation_hz"] > 0 and r["peak_rss_bytes"] >= r["rss_bytes"] > 0
         if r["precision"] == "fp32":
             assert r["paired_vs_fp32"] is None and r["speedup_vs_fp32"] == pytest.approx(1.0)
@@ -97,11 +137,13 @@ def test_study_markdown_has_the_tables(finished):
     assert f"{data['rows'][0]['successes']}/3" in md
     # the versions it was measured with, in study.json and in study.md
     import onnxruntime
+
     assert data["host_versions"]["onnxruntime"] == onnxruntime.__version__ and "torch" in data["host_versions"]
     assert data["sessions"][0]["host_versions"] == data["host_versions"]
     assert f"Host versions: airq {data['host_versions']['airq']}, python" in md
     # and on what kind of int8 kernels (the device's probe, here this machine's)
     from firmware_bridge.int8_kernels import int8_kernels
+
     assert data["device"]["device"]["int8_kernels"] == int8_kernels().as_dict()
     assert f"Device {int8_kernels().describe()}." in md
 
@@ -112,9 +154,26 @@ def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     before = [p.read_bytes() for p in logs]
     data = json.loads((out / "study.json").read_text())
     cache = Path(data["args"]["memory_cache"])
-    proc = study("--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "3",
-                 "--levels", "default", "hard", "--timing-rounds", "2", "--timing-acts", "30", "--out", str(out), "--quiet",
-                 *memory_args(cache))
+    proc = study(
+        "--sim-only",
+        "--profile",
+        "pi3b",
+        "--models",
+        *map(str, tiny_models),
+        "--episodes",
+        "3",
+        "--levels",
+        "default",
+        "hard",
+        "--timing-rounds",
+        "2",
+        "--timing-acts",
+        "30",
+        "--out",
+        str(out),
+        "--quiet",
+        *memory_args(cache),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "already done" in proc.stderr
     assert [p.read_bytes() for p in logs] == before  # no episode flown twice
@@ -125,23 +184,29 @@ def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     assert other.returncode == 2 and "other arguments" in other.stderr
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--sim-only", "--profile", "pi9"], "unknown device profile 'pi9'"),
-    (["--sim-only", "--models", "nowhere/p_fp32.onnx"], "model file not found: nowhere/p_fp32.onnx"),
-    (["--sim-only", "--episodes", "0"], "--episodes must be >= 1"),
-    (["--sim-only", "--levels", "nosuchlevel"], "nosuchlevel"),
-    (["--sim-only", "--models", str(MODELS / "policy1_int8.onnx")], "policy1 has no fp32 model"),
-    (["--sim-only", "--models", str(MODELS / "policy1.md")], "cannot tell the precision"),
-    (["--host", "raspberrypi.local", "--profile", "native"], "has no roofline figures"),
-    (["--sim-only", "--memory-study"], "--memory-study needs --memory-limits or a --profile with a memory size"),
-    (["--sim-only", "--profile", "pi3b", "--memory-limits", "lots"], "--memory-limits must be MB or MB:SWAP_MB"),
-    (["--sim-only", "--profile", "pi3b", "--memory-limits", "10"], "--memory-limits: RAM must be from 64"),
-    (["--sim-only", "--profile", "pi3b", "--memory-limits", "256", "256"], "--memory-limits lists a limit twice"),
-    (["--sim-only", "--profile", "pi3b", "--memory-episodes", "0"], "--memory-episodes must be >= 1"),
-    (["--sim-only", "--profile", "pi3b", "--memory-swap-mb", "-1"], "--memory-swap-mb must be >= 0"),
-    (["--sim-only", "--profile", "pi3b", "--memory-source", "nowhere/p_fp32.onnx"], "--memory-source: model file not found"),
-    (["--sim-only", "--profile", "pi3b", "--memory-camera", "144by256"], "--memory-camera"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--sim-only", "--profile", "pi9"], "unknown device profile 'pi9'"),
+        (["--sim-only", "--models", "nowhere/p_fp32.onnx"], "model file not found: nowhere/p_fp32.onnx"),
+        (["--sim-only", "--episodes", "0"], "--episodes must be >= 1"),
+        (["--sim-only", "--levels", "nosuchlevel"], "nosuchlevel"),
+        (["--sim-only", "--models", str(MODELS / "policy1_int8.onnx")], "policy1 has no fp32 model"),
+        (["--sim-only", "--models", str(MODELS / "policy1.md")], "cannot tell the precision"),
+        (["--host", "raspberrypi.local", "--profile", "native"], "has no roofline figures"),
+        (["--sim-only", "--memory-study"], "--memory-study needs --memory-limits or a --profile with a memory size"),
+        (["--sim-only", "--profile", "pi3b", "--memory-limits", "lots"], "--memory-limits must be MB or MB:SWAP_MB"),
+        (["--sim-only", "--profile", "pi3b", "--memory-limits", "10"], "--memory-limits: RAM must be from 64"),
+        (["--sim-only", "--profile", "pi3b", "--memory-limits", "256", "256"], "--memory-limits lists a limit twice"),
+        (["--sim-only", "--profile", "pi3b", "--memory-episodes", "0"], "--memory-episodes must be >= 1"),
+        (["--sim-only", "--profile", "pi3b", "--memory-swap-mb", "-1"], "--memory-swap-mb must be >= 0"),
+        (
+            ["--sim-only", "--profile", "pi3b", "--memory-source", "nowhere/p_fp32.onnx"],
+            "--memory-source: model file not found",
+        ),
+        (["--sim-only", "--profile", "pi3b", "--memory-camera", "144by256"], "--memory-camera"),
+    ],
+)
 def test_study_bad_input_exits_2_with_one_line(args, message, tmp_path):
     proc = study(*args, "--out", str(tmp_path / "s"))
     assert proc.returncode == 2
@@ -161,9 +226,27 @@ def test_study_against_a_device_by_host(tiny_models, tmp_path):
 
     with BridgeProcess(["--threads", "1", "--actuator", "mock"]) as bridge:
         port = bridge.endpoint.rsplit(":", 1)[1]
-        proc = study("--host", "127.0.0.1", "--port", port, "--profile", "pi3b", "--models", *map(str, tiny_models),
-                     "--episodes", "2", "--levels", "default", "--timing-rounds", "2", "--timing-acts", "10",
-                     "--out", str(tmp_path / "s"), "--quiet")
+        proc = study(
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--profile",
+            "pi3b",
+            "--models",
+            *map(str, tiny_models),
+            "--episodes",
+            "2",
+            "--levels",
+            "default",
+            "--timing-rounds",
+            "2",
+            "--timing-acts",
+            "10",
+            "--out",
+            str(tmp_path / "s"),
+            "--quiet",
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((tmp_path / "s" / "study.json").read_text())
     assert data["machine"] is None and data["mode"] == f"device 127.0.0.1:{port}"
@@ -176,7 +259,7 @@ def test_study_against_a_device_by_host(tiny_models, tmp_path):
     # memory: no cgroup around a device's process; the device's RAM (its hello) and each model's RSS are reported
     assert data["memory"]["status"] == "device"
     ram = data["device"]["device"]["ram_bytes"]
-    section = md[md.index("## Does it fit in a Pi 3b's memory?"):]
+    section = md[md.index("## Does it fit in a Pi 3b's memory?") :]
     assert f"**{ram / 2**20:,.0f} MB**" in section
     rss = next(r for r in data["rows"] if r["precision"] == "int8")["rss_bytes"]
     assert f"| tiny_int8 | {rss / 2**20:,.0f} |" in section
@@ -198,15 +281,21 @@ def test_study_memory_stage(finished):
     assert mem["status"] == "done", mem
     fp32, int8 = mem["models"]["fp32"], mem["models"]["int8"]
     assert Path(fp32["path"]).name == "policy1_64x64_fp32.onnx" and Path(int8["path"]).name == "policy1_64x64_int8.onnx"
-    assert "memory stage: widening policy1_fp32.onnx to a 64x64 camera" in proc.stderr  # a fresh cache: built, then stored
+    assert (
+        "memory stage: widening policy1_fp32.onnx to a 64x64 camera" in proc.stderr
+    )  # a fresh cache: built, then stored
     assert Path(fp32["path"]).parent.parent == Path(data["args"]["memory_cache"]) and Path(int8["path"]).is_file()
     assert int8["source_sha256"] == fp32["sha256"] and 0.5 < int8["heldout_agreement"] <= 1.0
     assert fp32["bytes"] == Path(fp32["path"]).stat().st_size > int8["bytes"] * 3
     rows = mem["rows"]
     assert [(Path(r["model"]).stem, r["condition"], r["memory_limit_mb"]) for r in rows] == [
-        ("policy1_64x64_fp32", "unconstrained", None), ("policy1_64x64_fp32", "constrained", 256),
-        ("policy1_64x64_fp32", "constrained", 128), ("policy1_64x64_int8", "unconstrained", None),
-        ("policy1_64x64_int8", "constrained", 256), ("policy1_64x64_int8", "constrained", 128)]
+        ("policy1_64x64_fp32", "unconstrained", None),
+        ("policy1_64x64_fp32", "constrained", 256),
+        ("policy1_64x64_fp32", "constrained", 128),
+        ("policy1_64x64_int8", "unconstrained", None),
+        ("policy1_64x64_int8", "constrained", 256),
+        ("policy1_64x64_int8", "constrained", 128),
+    ]
     for r in rows:
         assert r["loaded"] and r["flown"] and r["episodes"] == 1 and r["steps"] > 0
         assert 0 < r["infer_p50_ms"] <= r["infer_p99_ms"] and r["oom_kills"] == 0
@@ -218,12 +307,22 @@ def test_study_memory_stage(finished):
         assert "cgroup_samples" in json.loads((Path(part) / "memfit.json").read_text())["rows"][0]
     assert (out / "memory_fit_over_time.png").stat().st_size > 1000
     stage = json.loads((out / "memory" / "stage.json").read_text())  # kept for re-renders of the study
-    assert mem["measured"] == stage and stage["build_s"]["fp32"] > 0 and f"Stage wall time: {stage['wall_s'] / 60:.1f} min" in md
-    assert md.count("| policy1_64x64_fp32.onnx | ") == 3 and "| policy1_64x64_int8.onnx | 128 MB RAM, no swap | yes |" in md
+    assert (
+        mem["measured"] == stage
+        and stage["build_s"]["fp32"] > 0
+        and f"Stage wall time: {stage['wall_s'] / 60:.1f} min" in md
+    )
+    assert (
+        md.count("| policy1_64x64_fp32.onnx | ") == 3
+        and "| policy1_64x64_int8.onnx | 128 MB RAM, no swap | yes |" in md
+    )
     assert f"{rows[0]['infer_p50_ms']:,.2f} / {rows[0]['infer_p99_ms']:,.2f}" in md
     assert "every slowdown here is a lower bound" in md and "Swap: none (no limit asks for it)." in md
     ratio = rows[1]["infer_p50_ms"] / rows[4]["infer_p50_ms"]  # fp32 against int8 at 256 MB
-    assert f"256 MB RAM, no swap: fp32 {rows[1]['infer_p50_ms']:,.2f} ms, int8 {rows[4]['infer_p50_ms']:,.2f} ms (**{ratio:,.1f}x**)" in md
+    assert (
+        f"256 MB RAM, no swap: fp32 {rows[1]['infer_p50_ms']:,.2f} ms, int8 {rows[4]['infer_p50_ms']:,.2f} ms (**{ratio:,.1f}x**)"
+        in md
+    )
 
 
 def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypatch, capsys):
@@ -236,14 +335,34 @@ def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypa
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)
     handler = signal.getsignal(signal.SIGTERM)
     try:
-        rc = main(["--sim-only", "--profile", "pi3b", "--models", *map(str, tiny_models), "--episodes", "1", "--levels", "default",
-                   "--timing-rounds", "1", "--timing-acts", "5", "--out", str(tmp_path / "s"), "--quiet",
-                   *memory_args(tmp_path / "cache")])
+        rc = main(
+            [
+                "--sim-only",
+                "--profile",
+                "pi3b",
+                "--models",
+                *map(str, tiny_models),
+                "--episodes",
+                "1",
+                "--levels",
+                "default",
+                "--timing-rounds",
+                "1",
+                "--timing-acts",
+                "5",
+                "--out",
+                str(tmp_path / "s"),
+                "--quiet",
+                *memory_args(tmp_path / "cache"),
+            ]
+        )
     finally:
         signal.signal(signal.SIGTERM, handler)
     assert rc == 0
     data = json.loads((tmp_path / "s" / "study.json").read_text())
-    assert data["complete"] and data["memory"]["status"] == "skipped" and data["memory"]["reason"].startswith("not root")
+    assert (
+        data["complete"] and data["memory"]["status"] == "skipped" and data["memory"]["reason"].startswith("not root")
+    )
     assert "**skipped: not root" in (tmp_path / "s" / "study.md").read_text()
     assert "memory stage skipped: not root" in capsys.readouterr().err
     assert not (tmp_path / "cache").exists() and not (tmp_path / "s" / "memory").exists()
@@ -258,9 +377,12 @@ def test_memory_runs_below_the_weights_are_short():
     assert [(p["name"], p["limits"], p["baseline"], p["episodes"], p["max_steps"]) for p in parts] == [
         ("big_fp32", [[900, 2048], [900, 0]], True, 5, None),
         ("big_fp32_below_weights", [[512, 2048]], False, 1, 8),  # 512 MB cannot hold 615 MB of weights
-        ("big_int8", limits, True, 5, None)]
+        ("big_int8", limits, True, 5, None),
+    ]
     only_below = plan_parts([("huge_fp32.onnx", 2000 * mb)], limits, episodes=5, thrash_acts=8)
-    assert [(p["limits"], p["baseline"], p["max_steps"]) for p in only_below] == [(limits, True, 8)]  # baseline flies the same acts
+    assert [(p["limits"], p["baseline"], p["max_steps"]) for p in only_below] == [
+        (limits, True, 8)
+    ]  # baseline flies the same acts
 
 
 def test_memory_readings_follow_the_measurements():
@@ -268,14 +390,18 @@ def test_memory_readings_follow_the_measurements():
 
     mb = 2**20
     base = {"loaded": True, "flown": True, "condition": "constrained", "swap_max_bytes": 0}
-    assert classify({"loaded": False, "oom_kills": 1}) == "oom" and "OOM-killed while loading" in verdict({"loaded": False, "oom_kills": 1})
+    assert classify({"loaded": False, "oom_kills": 1}) == "oom" and "OOM-killed while loading" in verdict(
+        {"loaded": False, "oom_kills": 1}
+    )
     assert classify({"loaded": False, "oom_kills": 0, "error": "x"}) == "no-load"
     assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}}) == "thrashes"
     assert "155x slower" in verdict(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}})
     swapped = base | {"swap_max_bytes": 888 * mb, "vs_unconstrained": {"infer_p50_ms": 1.08, "load_s": 3.78}}
     assert classify(swapped) == "swapped" and "swapping out 888 MB (loading 3.8x slower)" in verdict(swapped)
     assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 2.9}}) == "fits"
-    assert classify(base | {"condition": "unconstrained"}) == "baseline" and classify({"skipped": "not root"}) == "skipped"
+    assert (
+        classify(base | {"condition": "unconstrained"}) == "baseline" and classify({"skipped": "not root"}) == "skipped"
+    )
 
 
 def test_memory_stage_rebuilds_an_int8_of_another_recipe(tmp_path):

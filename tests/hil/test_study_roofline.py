@@ -1,4 +1,5 @@
 """hil.roofline's model costs and predictions, and the profiles' cited figures."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,8 +53,12 @@ def test_check_here_agrees_only_within_2x():
 
 def test_every_pi_figure_has_a_source():
     for name, p in load_profiles().items():
-        for figure, source in (("memory_bandwidth_gbs", "memory_bandwidth_source"), ("compute_gflops", "compute_source"),
-                               ("int8_gops", "int8_source"), ("cache_kb", "cache_source")):
+        for figure, source in (
+            ("memory_bandwidth_gbs", "memory_bandwidth_source"),
+            ("compute_gflops", "compute_source"),
+            ("int8_gops", "int8_source"),
+            ("cache_kb", "cache_source"),
+        ):
             if getattr(p, figure):
                 assert "https://" in getattr(p, source), (name, figure)
 

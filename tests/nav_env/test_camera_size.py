@@ -1,9 +1,17 @@
 """The camera size option (Air Learning's 144 x 256 depth image): shape, consistency with the 32 x 32
 render, determinism, and bad input."""
+
 import numpy as np
 import pytest
 
-from nav_env.config import AIRLEARNING_CAMERA, ConfigError, camera_overrides, camera_overrides_from_metadata, load_level, parse_camera
+from nav_env.config import (
+    AIRLEARNING_CAMERA,
+    ConfigError,
+    camera_overrides,
+    camera_overrides_from_metadata,
+    load_level,
+    parse_camera,
+)
 from nav_env.env import NavEnv
 from nav_env.vector import NavVectorEnv
 

@@ -1,11 +1,11 @@
 """Gymnasium / SB3 API conformance, registration, determinism and seeding."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from gymnasium.vector import AutoresetMode
 
-import nav_env
 from nav_env import NavEnv, NavVectorEnv
 
 

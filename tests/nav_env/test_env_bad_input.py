@@ -1,4 +1,5 @@
 """Bad input gets a clear error naming the value; invalid actions are never clipped."""
+
 import subprocess
 import sys
 
@@ -83,6 +84,8 @@ def test_step_after_episode_end_requires_reset():
 
 
 def test_cli_bad_level_exits_2_with_one_line():
-    r = subprocess.run([sys.executable, "-m", "nav_env.evaluate", "--level", "nope", "--episodes", "2"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "nav_env.evaluate", "--level", "nope", "--episodes", "2"], capture_output=True, text=True
+    )
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "unknown level 'nope'" in r.stderr

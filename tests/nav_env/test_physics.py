@@ -1,4 +1,5 @@
 """Hand-built scenes: depth values, collisions, success, rewards, truncation and solvability."""
+
 import math
 
 import numpy as np
@@ -16,7 +17,7 @@ YAW_L90 = ACTION_NAMES.index("yaw left 90")
 
 def play(env, ep, action, max_steps=1000):
     obs, info = env.reset(options={"episode": ep})
-    total, rewards = 0.0, []
+    rewards = []
     for _ in range(max_steps):
         obs, r, te, tr, info = env.step(action)
         rewards.append(r)
@@ -165,8 +166,9 @@ def test_generated_episodes_are_solvable_and_clear(level):
 
 def test_observation_stays_in_space_after_flying_through_a_wall():
     # an ended episode that keeps being stepped (e.g. an idle env in a vector batch) leaves the arena
-    from nav_env import NavVectorEnv
     from gymnasium.vector import AutoresetMode
+
+    from nav_env import NavVectorEnv
 
     venv = NavVectorEnv(1, level="default", autoreset_mode=AutoresetMode.DISABLED)
     obs, _ = venv.reset(seed=0)

@@ -1,4 +1,5 @@
 """Seeded evaluation pairs episodes across policies; baselines and the CLI tools run."""
+
 import json
 import subprocess
 import sys
@@ -42,7 +43,8 @@ def test_wilson_and_mcnemar_against_hand_values():
 def test_evaluate_cli_writes_json(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "nav_env.evaluate", "--level", "easy", "--episodes", "6", "--out", str(tmp_path)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "baselines_easy.json").read_text())
@@ -52,12 +54,30 @@ def test_evaluate_cli_writes_json(tmp_path):
 
 
 def test_bench_and_demo_run(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "nav_env.bench", "--seconds", "0.05", "--rounds", "1", "--num-envs", "4",
-                        "--out", str(tmp_path / "b.json")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nav_env.bench",
+            "--seconds",
+            "0.05",
+            "--rounds",
+            "1",
+            "--num-envs",
+            "4",
+            "--out",
+            str(tmp_path / "b.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     figures = json.loads((tmp_path / "b.json").read_text())
     assert all(v > 0 for v in figures["env_steps_per_s"].values())
-    r = subprocess.run([sys.executable, "-m", "nav_env.demo", "--episodes", "1", "--out", str(tmp_path / "demo")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "nav_env.demo", "--episodes", "1", "--out", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "demo" / "episode_0.png").stat().st_size > 1000

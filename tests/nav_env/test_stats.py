@@ -1,4 +1,5 @@
 """Paired statistics at the sizes the study uses (thousands of episodes) against independent values."""
+
 from fractions import Fraction
 from math import comb
 
@@ -17,8 +18,9 @@ def exact_mcnemar_by_integers(only_first: int, only_second: int) -> float:
 @pytest.mark.parametrize("only_first,only_second", [(0, 6), (600, 500), (700, 324), (1500, 1500), (4980, 5020)])
 def test_mcnemar_exact_holds_past_1024_discordant_pairs(only_first, only_second):
     # The old sum(comb)/2.0**n raised OverflowError from 1024 discordant pairs on.
-    assert mcnemar_exact(only_first, only_second) == pytest.approx(exact_mcnemar_by_integers(only_first, only_second),
-                                                                   rel=1e-9, abs=1e-300)
+    assert mcnemar_exact(only_first, only_second) == pytest.approx(
+        exact_mcnemar_by_integers(only_first, only_second), rel=1e-9, abs=1e-300
+    )
 
 
 def test_mcnemar_is_symmetric_and_one_without_discordant_pairs():
@@ -26,12 +28,15 @@ def test_mcnemar_is_symmetric_and_one_without_discordant_pairs():
     assert mcnemar_exact(120, 80) == pytest.approx(mcnemar_exact(80, 120))
 
 
-@pytest.mark.parametrize("cells,expected", [
-    # Newcombe (1998), Stat Med 17:2635, Table II (e, f, g, h) -> interval for p1 - p2 = (f - g) / n.
-    ((36, 12, 2, 0), (0.0569, 0.3404)),
-    ((18, 12, 2, 18), (0.0562, 0.3290)),
-    ((53, 0, 0, 1), (-0.0729, 0.0729)),
-])
+@pytest.mark.parametrize(
+    "cells,expected",
+    [
+        # Newcombe (1998), Stat Med 17:2635, Table II (e, f, g, h) -> interval for p1 - p2 = (f - g) / n.
+        ((36, 12, 2, 0), (0.0569, 0.3404)),
+        ((18, 12, 2, 18), (0.0562, 0.3290)),
+        ((53, 0, 0, 1), (-0.0729, 0.0729)),
+    ],
+)
 def test_newcombe_interval_matches_the_published_examples(cells, expected):
     both, only_first, only_second, neither = cells
     # nav_env reports second - first, the negative of Newcombe's p1 - p2.

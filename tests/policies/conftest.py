@@ -1,10 +1,10 @@
 """Shared fixtures: one tiny, briefly trained Policy I run (a few thousand steps) per test session."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
 from policy_helpers import TINY_ARGS
 
 

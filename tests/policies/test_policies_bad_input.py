@@ -1,12 +1,13 @@
 """User errors: one line on stderr, exit code 2, no traceback."""
+
 from __future__ import annotations
 
 import shutil
 
 import pytest
+from policy_helpers import run_module
 
 from policies.errors import run_cli
-from policy_helpers import run_module
 
 
 def one_line_error(capsys) -> str:
@@ -16,13 +17,16 @@ def one_line_error(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("args,match", [
-    (["--policy", "policy9"], "unknown policy preset 'policy9'"),
-    (["--algo", "sac"], "unknown algorithm 'sac'"),
-    (["--level", "nope"], "unknown level 'nope'"),
-    (["--config", "/nonexistent/x.toml"], "config file not found"),
-    (["--steps", "0"], "steps must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        (["--policy", "policy9"], "unknown policy preset 'policy9'"),
+        (["--algo", "sac"], "unknown algorithm 'sac'"),
+        (["--level", "nope"], "unknown level 'nope'"),
+        (["--config", "/nonexistent/x.toml"], "config file not found"),
+        (["--steps", "0"], "steps must be >= 1"),
+    ],
+)
 def test_train_rejects(tmp_path, capsys, args, match):
     from policies.train import main
 
@@ -82,8 +86,10 @@ def test_export_missing_run_dir(tmp_path, capsys):
 
 def test_cli_processes_exit_2_without_traceback(tmp_path):
     """The real entry points, as subprocesses: exit status 2 and a single stderr line."""
-    for module, args in (("policies.evaluate", [str(tmp_path / "missing.onnx")]),
-                         ("policies.train", ["--policy", "policy9", "--out", str(tmp_path / "r")])):
+    for module, args in (
+        ("policies.evaluate", [str(tmp_path / "missing.onnx")]),
+        ("policies.train", ["--policy", "policy9", "--out", str(tmp_path / "r")]),
+    ):
         r = run_module(module, *args)
         assert r.returncode == 2, (module, r.stderr)
         lines = r.stderr.strip().splitlines()

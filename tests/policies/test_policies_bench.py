@@ -1,4 +1,5 @@
 """policies.bench runs (one measured rollout of Policy I) and reports a positive throughput."""
+
 from __future__ import annotations
 
 import json

@@ -1,11 +1,12 @@
 """Training config: defaults < TOML < flags; the shipped configs/train/*.toml are valid."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from policies.config import build_parser, load_toml, resolve, TrainConfig
+from policies.config import TrainConfig, build_parser, load_toml, resolve
 from policies.presets import PRESETS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,14 +1,15 @@
 """The Policy III warm start (behaviour cloning + DAgger) produces a normal run directory that
 export and PPO fine-tuning (--init-from) accept. Uses Policy I as the student to stay fast."""
+
 from __future__ import annotations
 
 import json
 
 import torch
+from policy_helpers import TINY_ARGS
 
 from policies.actor import actor_from_model, load_run
 from policies.errors import run_cli
-from policy_helpers import TINY_ARGS
 
 
 def test_distill_then_finetune(tiny_run, tmp_path):
@@ -17,8 +18,26 @@ def test_distill_then_finetune(tiny_run, tmp_path):
     from policies.train import main as train
 
     student = tmp_path / "student"
-    assert run_cli(distill, ["--teacher", str(tiny_run), "--out", str(student), "--policy", "policy1",
-                             "--iterations", "2", "--samples-per-iteration", "2048", "--eval-episodes", "4"]) == 0
+    assert (
+        run_cli(
+            distill,
+            [
+                "--teacher",
+                str(tiny_run),
+                "--out",
+                str(student),
+                "--policy",
+                "policy1",
+                "--iterations",
+                "2",
+                "--samples-per-iteration",
+                "2048",
+                "--eval-episodes",
+                "4",
+            ],
+        )
+        == 0
+    )
     metrics = json.loads((student / "metrics.json").read_text())
     assert [e["teacher_share"] for e in metrics["evals"]] == [1.0, 0.5]
     assert metrics["evals"][-1]["samples"] == 4096
@@ -39,6 +58,11 @@ def test_distill_then_finetune(tiny_run, tmp_path):
 
     # and the training CLI fine-tunes from it
     tuned = tmp_path / "tuned"
-    assert run_cli(train, [*TINY_ARGS, "--steps", "1024", "--init-from", str(student), "--out", str(tuned),
-                           "--eval-every", "100000"]) == 0
+    assert (
+        run_cli(
+            train,
+            [*TINY_ARGS, "--steps", "1024", "--init-from", str(student), "--out", str(tuned), "--eval-every", "100000"],
+        )
+        == 0
+    )
     assert json.loads((tuned / "metrics.json").read_text())["done"]

@@ -1,5 +1,6 @@
 """ONNX export of a briefly trained Policy I: onnxruntime and torch agree on >= 10k observations
 recorded from env rollouts (same argmax, logits within 1e-5); the graph follows the airq contract."""
+
 from __future__ import annotations
 
 import json
@@ -67,9 +68,21 @@ def test_graph_and_metadata_follow_the_contract(tiny_onnx):
     assert [o.name for o in model.graph.output] == ["action", "logits"]
     assert len(model.graph.value_info) == 0
     meta = {p.key: p.value for p in model.metadata_props}
-    for key in ("airq.obs_dim", "airq.action_space", "airq.action_table", "airq.preset", "airq.precision",
-                "airq.env_id", "airq.level", "airq.env_config", "airq.algorithm", "airq.train_steps",
-                "airq.seed", "airq.success_rate", "airq.observation_layout"):
+    for key in (
+        "airq.obs_dim",
+        "airq.action_space",
+        "airq.action_table",
+        "airq.preset",
+        "airq.precision",
+        "airq.env_id",
+        "airq.level",
+        "airq.env_config",
+        "airq.algorithm",
+        "airq.train_steps",
+        "airq.seed",
+        "airq.success_rate",
+        "airq.observation_layout",
+    ):
         assert key in meta, key
     assert meta["airq.obs_dim"] == "1032"
     assert meta["airq.action_space"] == "discrete:25"

@@ -1,11 +1,13 @@
 """Checkpoints are resumable: --resume continues the step count, the curriculum and the metrics."""
+
 from __future__ import annotations
 
 import json
 
+from policy_helpers import TINY_ARGS
+
 from policies.errors import run_cli
 from policies.train import main
-from policy_helpers import TINY_ARGS
 
 
 def test_resume_continues_from_latest_checkpoint(tmp_path, capsys):

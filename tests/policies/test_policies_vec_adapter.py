@@ -1,5 +1,6 @@
 """The SB3 VecEnv adapter over NavVectorEnv: SB3's info conventions on finished envs, seeding and
 the same episodes as the single env."""
+
 from __future__ import annotations
 
 import numpy as np

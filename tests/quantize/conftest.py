@@ -10,7 +10,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 @pytest.fixture(scope="session")
 def bc_actor():
     import torch
-
     from helpers import behaviour_cloned_actor
 
     torch.set_num_threads(1)

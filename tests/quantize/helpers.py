@@ -1,6 +1,7 @@
 """Small real policies for the quantize tests: an MLP behaviour-cloned from nav_env's heuristic (so
 its logits have the margins of a trained policy, unlike random weights) exported to the airq ONNX
 contract with torch's TorchScript exporter (the pattern policies.export produces: Gemm/Relu/ArgMax)."""
+
 from __future__ import annotations
 
 import io
@@ -31,7 +32,9 @@ class Actor(nn.Module):
         return torch.argmax(logits, dim=1), logits
 
 
-def heuristic_dataset(episodes: int = 24, seed: int = 5_000_000, level: str = "default") -> tuple[np.ndarray, np.ndarray]:
+def heuristic_dataset(
+    episodes: int = 24, seed: int = 5_000_000, level: str = "default"
+) -> tuple[np.ndarray, np.ndarray]:
     cfg = load_level(level)
     teacher = HeuristicPolicy(cfg)
     obs_seen, act_seen = [], []
@@ -66,13 +69,24 @@ def behaviour_cloned_actor(hidden: tuple[int, ...] = (64, 64, 64), iters: int = 
 def export_onnx(actor: nn.Module, obs_dim: int = 1032, metadata: dict[str, str] | None = None) -> bytes:
     buf = io.BytesIO()
     torch.onnx.export(
-        actor, (torch.zeros(1, obs_dim),), buf, input_names=["obs"], output_names=["action", "logits"],
+        actor,
+        (torch.zeros(1, obs_dim),),
+        buf,
+        input_names=["obs"],
+        output_names=["action", "logits"],
         dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}, "logits": {0: "batch"}},
-        opset_version=17, dynamo=False,
+        opset_version=17,
+        dynamo=False,
     )
     model = onnx.load_from_string(buf.getvalue())
     model.ir_version = 10
-    meta = {"airq.obs_dim": str(obs_dim), "airq.action_space": "discrete:25", "airq.precision": "fp32",
-            "airq.preset": "test-bc", "airq.level": "default", "airq.action_table": json.dumps([[0.0] * 4] * 25)}
+    meta = {
+        "airq.obs_dim": str(obs_dim),
+        "airq.action_space": "discrete:25",
+        "airq.precision": "fp32",
+        "airq.preset": "test-bc",
+        "airq.level": "default",
+        "airq.action_table": json.dumps([[0.0] * 4] * 25),
+    }
     onnx.helper.set_model_props(model, meta | (metadata or {}))
     return model.SerializeToString()

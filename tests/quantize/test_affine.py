@@ -1,4 +1,5 @@
 """The seed's affine quantizer against hand-computed values, and round-trip error bounds per bit width."""
+
 import numpy as np
 import pytest
 

@@ -1,9 +1,8 @@
 """Bad input: one-line error, exit code 2, no partial output file."""
+
 import subprocess
 import sys
 
-import numpy as np
-import onnx
 import pytest
 
 from quantize.cli import main
@@ -18,7 +17,7 @@ def run(argv, capsys):
 
 def assert_one_line_error(code, err, needle):
     assert code == 2
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
 
 

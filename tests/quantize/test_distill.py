@@ -2,6 +2,7 @@
 quantized graph computes what onnxruntime computes, training the codes brings the int8 logits closer
 to the fp32 source on held-out rollouts, the file stays QOperator int8 with full metadata, runs are
 reproducible and bad options exit 2 without output."""
+
 import json
 
 import numpy as np
@@ -14,8 +15,6 @@ from nav_env.config import load_level
 from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED, collect_observations
 from quantize.model_io import load_policy, metadata_of, serialize
 from quantize.runtime import policy_fn, run_logits, session
-
-
 
 # float32 evaluation order only (torch's fake quantization vs onnxruntime's requantization); logits span ~17
 TORCH_ORT_TOLERANCE = 0.01
@@ -31,7 +30,7 @@ def run(argv, capsys):
 
 def assert_one_line_error(code, err, needle):
     assert code == 2
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
 
 
@@ -49,8 +48,10 @@ def plain_int8(fp32_model, tmp_path_factory):
 
     src = load_policy(fp32_model)
     calib = collect_observations(policy_fn(session(src.data)), load_level("default"), 6, CALIBRATION_SEED)
-    return (quantize_static_int8(src, calib, StaticInt8Options(float_split_sum=False)),
-            quantize_static_int8(src, calib, StaticInt8Options(float_split_sum=True)))
+    return (
+        quantize_static_int8(src, calib, StaticInt8Options(float_split_sum=False)),
+        quantize_static_int8(src, calib, StaticInt8Options(float_split_sum=True)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +62,16 @@ def distilled(fp32_model, tmp_path_factory):
     d = tmp_path_factory.mktemp("distill")
     paths = []
     for name in ("a.onnx", "b.onnx"):
-        quantize_file(fp32_model, "int8", d / name, calibration_episodes=6, heldout_episodes=4,
-                      options=StaticInt8Options(float_split_sum=True), distill=DistillOptions(steps=300, seed=3),
-                      distill_episodes=30)
+        quantize_file(
+            fp32_model,
+            "int8",
+            d / name,
+            calibration_episodes=6,
+            heldout_episodes=4,
+            options=StaticInt8Options(float_split_sum=True),
+            distill=DistillOptions(steps=300, seed=3),
+            distill_episodes=30,
+        )
         paths.append(d / name)
     return paths
 
@@ -74,8 +82,18 @@ def _logit_error(model_bytes: bytes, heldout) -> tuple[float, float]:
     return float(np.mean((lg - ref_logits) ** 2)), float(np.mean(a == ref_actions))
 
 
-@pytest.mark.parametrize("options", [{}, {"per_channel": False}, {"float_split_sum": False}, {"keep_last_layer_fp32": False},
-                                     {"split_input": False}, {"scheme": "u8s8"}, {"scheme": "u8s8", "per_channel": False}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"per_channel": False},
+        {"float_split_sum": False},
+        {"keep_last_layer_fp32": False},
+        {"split_input": False},
+        {"scheme": "u8s8"},
+        {"scheme": "u8s8", "per_channel": False},
+    ],
+)
 def test_torch_graph_computes_what_onnxruntime_computes(fp32_model, heldout, options):
     """The integer reference equals onnxruntime on this host wherever the probe says its int8 kernels
     compute the file's scheme exactly (u8s7 everywhere; u8s8 only with VNNI or on Arm), and not where
@@ -150,16 +168,22 @@ def test_distilled_runs_are_reproducible(distilled):
     assert ia.keys() == ib.keys() and all(np.array_equal(ia[k], ib[k]) for k in ia)
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--to", "fp16", "--distill-steps", "10"], "apply to --to int8 only"),
-    (["--to", "int8", "--distill-steps", "-1"], "--distill-steps must be >= 0"),
-    (["--to", "int8", "--distill-steps", "10", "--distill-episodes", "0"], "--distill-episodes must be >= 1"),
-    (["--to", "int8", "--distill-steps", "10", "--distill-lr", "0"], "--distill-lr must be > 0"),
-    (["--to", "int8", "--distill-steps", "10", "--distill-rounds", "0"], "--distill-rounds must be >= 1"),
-    (["--to", "int8", "--distill-steps", "10", "--format", "qdq"], "needs --format qoperator"),
-    (["--to", "int8", "--float-split-sum", "--no-split-input"], "needs the depth/state split"),
-    (["--to", "int8", "--distill-steps", "10", "--seed", "2999990", "--distill-episodes", "20"], "overlap held-out seeds"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--to", "fp16", "--distill-steps", "10"], "apply to --to int8 only"),
+        (["--to", "int8", "--distill-steps", "-1"], "--distill-steps must be >= 0"),
+        (["--to", "int8", "--distill-steps", "10", "--distill-episodes", "0"], "--distill-episodes must be >= 1"),
+        (["--to", "int8", "--distill-steps", "10", "--distill-lr", "0"], "--distill-lr must be > 0"),
+        (["--to", "int8", "--distill-steps", "10", "--distill-rounds", "0"], "--distill-rounds must be >= 1"),
+        (["--to", "int8", "--distill-steps", "10", "--format", "qdq"], "needs --format qoperator"),
+        (["--to", "int8", "--float-split-sum", "--no-split-input"], "needs the depth/state split"),
+        (
+            ["--to", "int8", "--distill-steps", "10", "--seed", "2999990", "--distill-episodes", "20"],
+            "overlap held-out seeds",
+        ),
+    ],
+)
 def test_bad_distill_options(fp32_model, tmp_path, capsys, extra, needle):
     out = tmp_path / "o.onnx"
     code, err = run(["ptq", str(fp32_model), "-o", str(out)] + extra, capsys)

@@ -1,5 +1,6 @@
 """Static int8 / dynamic int8 / fp16 artifacts: run in onnxruntime, keep the interface and metadata,
 and the int8 model agrees with fp32 on observations recorded from held-out rollouts."""
+
 import hashlib
 import json
 

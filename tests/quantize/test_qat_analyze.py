@@ -1,25 +1,51 @@
 """QAT on a tiny policies.train run: trains, freezes ranges, exports an int8 QDQ file that loads in
 onnxruntime, agrees with the torch fake-quant actor and carries metadata; analyze writes its plots."""
+
 import json
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import onnx
 import pytest
 import torch
 
-from quantize.fakequant import FakeQuantActor, activation_quants, calibrate, fake_quant_weight, quant_linears
 from quantize.affine import fake_quantize
+from quantize.fakequant import FakeQuantActor, activation_quants, calibrate, fake_quant_weight, quant_linears
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "p1_tiny"
-    cmd = [sys.executable, "-m", "policies.train", "--policy", "policy1", "--steps", "4096", "--num-envs", "16",
-           "--n-steps", "128", "--batch-size", "512", "--n-epochs", "1", "--eval-every", "4096", "--eval-episodes", "4",
-           "--checkpoint-every", "4096", "--torch-threads", "1", "--progress", "false", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "policies.train",
+        "--policy",
+        "policy1",
+        "--steps",
+        "4096",
+        "--num-envs",
+        "16",
+        "--n-steps",
+        "128",
+        "--batch-size",
+        "512",
+        "--n-epochs",
+        "1",
+        "--eval-every",
+        "4096",
+        "--eval-episodes",
+        "4",
+        "--checkpoint-every",
+        "4096",
+        "--torch-threads",
+        "1",
+        "--progress",
+        "false",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     return out
 
@@ -39,8 +65,25 @@ def test_qat_trains_and_exports_int8(tiny_run, tmp_path, capsys):
     from quantize.runtime import session
 
     out = tmp_path / "qat8"
-    code = run_cli(main, ["qat", str(tiny_run), "--bits", "8", "--delay", "2048", "--steps", "4096",
-                          "--episodes", "4", "--threads", "1", "--out", str(out)])
+    code = run_cli(
+        main,
+        [
+            "qat",
+            str(tiny_run),
+            "--bits",
+            "8",
+            "--delay",
+            "2048",
+            "--steps",
+            "4096",
+            "--episodes",
+            "4",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "qat.json").read_text())
     assert report["froze_at"] >= 2048
@@ -57,9 +100,12 @@ def test_qat_trains_and_exports_int8(tiny_run, tmp_path, capsys):
     assert meta["airq.obs_dim"] == "1032" and meta["airq.action_space"] == "discrete:25"
     # uint8 x uint8 (QAT's asymmetric 256-code grid): exact on every CPU, unlike full-range int8 weights
     from quantize.inspect_model import int8_scheme_from_weights
+
     assert meta["airq.quant.scheme"] == "u8u8" and int8_scheme_from_weights(model)["scheme"] == "u8u8"
     sess = session(path.read_bytes())
-    action, logits = sess.run(["action", "logits"], {"obs": np.random.default_rng(0).uniform(size=(3, 1032)).astype(np.float32)})
+    action, logits = sess.run(
+        ["action", "logits"], {"obs": np.random.default_rng(0).uniform(size=(3, 1032)).astype(np.float32)}
+    )
     assert action.shape == (3,) and logits.shape == (3, 25)
     actor = torch.load(out / "actor_fakequant.pt", weights_only=False)
     assert all(q.frozen for q in activation_quants(actor))
@@ -71,22 +117,66 @@ def test_qat_below_8_bits_has_no_onnx(tiny_run, tmp_path, capsys):
     from quantize.errors import run_cli
 
     out = tmp_path / "qat4"
-    assert run_cli(main, ["qat", str(tiny_run), "--bits", "4", "--delay", "0", "--steps", "2048", "--episodes", "2",
-                          "--threads", "1", "--out", str(out)]) == 0
+    assert (
+        run_cli(
+            main,
+            [
+                "qat",
+                str(tiny_run),
+                "--bits",
+                "4",
+                "--delay",
+                "0",
+                "--steps",
+                "2048",
+                "--episodes",
+                "2",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ],
+        )
+        == 0
+    )
     assert (out / "qat.json").is_file() and not (out / "policy_qat_int8.onnx").exists()
     assert json.loads((out / "qat.json").read_text())["rounding"] == "nearest"
-    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {"nearest"}
+    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {
+        "nearest"
+    }
 
 
 def test_qat_floor_by_name_and_default_out_dir(tiny_run, capsys):
     from quantize.cli import main
     from quantize.errors import run_cli
 
-    assert run_cli(main, ["qat", str(tiny_run), "--bits", "4", "--rounding", "floor", "--delay", "0", "--steps", "2048",
-                          "--episodes", "2", "--threads", "1"]) == 0
+    assert (
+        run_cli(
+            main,
+            [
+                "qat",
+                str(tiny_run),
+                "--bits",
+                "4",
+                "--rounding",
+                "floor",
+                "--delay",
+                "0",
+                "--steps",
+                "2048",
+                "--episodes",
+                "2",
+                "--threads",
+                "1",
+            ],
+        )
+        == 0
+    )
     out = tiny_run / "qat_4bit_floor"  # the default folder names the rounding
     assert json.loads((out / "qat.json").read_text())["rounding"] == "floor"
-    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {"floor"}
+    assert {lin.rounding for lin in quant_linears(torch.load(out / "actor_fakequant.pt", weights_only=False))} == {
+        "floor"
+    }
     assert "(floor weights)" in capsys.readouterr().out
 
 
@@ -128,8 +218,20 @@ def test_sweep_writes_table_plot_and_caches_cells(tiny_run, tmp_path, capsys):
     from quantize.cli import main
     from quantize.errors import run_cli
 
-    argv = ["sweep", str(tiny_run), "--bits", "8", "3", "--methods", "ptq", "ptq-floor", "--episodes", "4",
-            "--out", str(tmp_path)]
+    argv = [
+        "sweep",
+        str(tiny_run),
+        "--bits",
+        "8",
+        "3",
+        "--methods",
+        "ptq",
+        "ptq-floor",
+        "--episodes",
+        "4",
+        "--out",
+        str(tmp_path),
+    ]
     assert run_cli(main, argv) == 0
     table = (tmp_path / "sweep.md").read_text()
     assert "| 8 " in table and "| 3 " in table and "ptq-floor" in table
@@ -148,7 +250,10 @@ def test_bench_interleaves_and_reports_ratios(fp32_model, quantized_models, tmp_
     from quantize.errors import run_cli
 
     out = tmp_path / "bench.json"
-    assert run_cli(main, ["bench", str(fp32_model), str(quantized_models["int8"]), "--calls", "50", "--json", str(out)]) == 0
+    assert (
+        run_cli(main, ["bench", str(fp32_model), str(quantized_models["int8"]), "--calls", "50", "--json", str(out)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert "speedup p50" in text and "int8" in text
     rows = json.loads(out.read_text())

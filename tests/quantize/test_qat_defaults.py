@@ -1,5 +1,6 @@
 """quantize qat / sweep default to rounding weights to nearest; the seed's floor formula is selected by
 name; the method names of before (ptq/qat meant floor) that changed meaning are refused in one line."""
+
 import pytest
 
 from quantize.cli import build_parser, main
@@ -22,8 +23,19 @@ def test_sweep_default_methods_round_to_nearest():
 
 
 def test_sweep_floor_methods_by_name():
-    args = build_parser().parse_args(["sweep", "RUN", "--methods", "ptq-floor", "qat-floor", "ptq-weights-floor",
-                                      "ptq-floor-bc", "qat-floor-bc", "ptq-weights"])
+    args = build_parser().parse_args(
+        [
+            "sweep",
+            "RUN",
+            "--methods",
+            "ptq-floor",
+            "qat-floor",
+            "ptq-weights-floor",
+            "ptq-floor-bc",
+            "qat-floor-bc",
+            "ptq-weights",
+        ]
+    )
     spec = {m: METHOD_SPECS[m] for m in args.methods}
     assert all(spec[m].rounding == "floor" for m in args.methods if "floor" in m)
     assert spec["ptq-weights"].rounding == "nearest" and not spec["ptq-weights"].activations

@@ -67,6 +67,7 @@ class FaultProxy:
 
     def cut_connections(self) -> int:
         """Close every open connection (both sides); return how many were open."""
+
         async def cut() -> int:
             writers = list(self._writers)
             for writer in writers:
@@ -99,14 +100,15 @@ class FaultProxy:
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
             upstream_reader, upstream_writer = await asyncio.wait_for(asyncio.open_connection(*self.upstream), 5)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             client_writer.transport.abort()
             return
         self.connections_total += 1
         self._writers |= {client_writer, upstream_writer}
         try:
             await asyncio.gather(
-                self._pipe(client_reader, upstream_writer), self._pipe(upstream_reader, client_writer),
+                self._pipe(client_reader, upstream_writer),
+                self._pipe(upstream_reader, client_writer),
                 return_exceptions=True,
             )
         finally:

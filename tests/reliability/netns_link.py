@@ -70,14 +70,20 @@ class NetnsLink:
             "  }\n"
             "}\n"
         )
-        result = subprocess.run([*self.exec_prefix, "nft", "-f", "-"], input=ruleset, capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [*self.exec_prefix, "nft", "-f", "-"], input=ruleset, capture_output=True, text=True, timeout=30
+        )
         if result.returncode != 0:
             raise RuntimeError(f"nft failed in {self.name}: {result.stderr.strip()}")
 
     def dropped_packets(self) -> int:
         """Packets the loss rule has dropped so far (its nftables counter)."""
-        result = subprocess.run([*self.exec_prefix, "nft", "list", "table", "inet", "airq_faults"],
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [*self.exec_prefix, "nft", "list", "table", "inet", "airq_faults"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         match = re.search(r"counter packets (\d+)", result.stdout)
         return int(match.group(1)) if match else 0
 

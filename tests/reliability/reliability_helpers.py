@@ -58,7 +58,9 @@ def run_log(out_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
-def wait_for_log(out_dir: Path, predicate: Any, timeout_s: float, process: subprocess.Popen | None = None) -> list[dict[str, Any]]:
+def wait_for_log(
+    out_dir: Path, predicate: Any, timeout_s: float, process: subprocess.Popen | None = None
+) -> list[dict[str, Any]]:
     """Poll the run log until ``predicate(records)`` holds; fail after timeout_s or if the run exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

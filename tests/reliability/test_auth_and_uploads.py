@@ -9,7 +9,6 @@ policy keeps flying.
 from __future__ import annotations
 
 import os
-
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,13 +52,22 @@ def secure_bridge(keys: Path, model: bytes, tmp_path_factory: pytest.TempPathFac
     policy = tmp_path_factory.mktemp("secure") / "policy.onnx"
     policy.write_bytes(model)
     host = ClientCurve.from_files(keys / "host.key_secret", keys / "bridge.key")
-    args = ["--policy", str(policy), "--curve-secret", str(keys / "bridge.key_secret"), "--curve-clients", str(keys / "clients")]
+    args = [
+        "--policy",
+        str(policy),
+        "--curve-secret",
+        str(keys / "bridge.key_secret"),
+        "--curve-clients",
+        str(keys / "clients"),
+    ]
     with BridgeProcess(args, client_curve=host) as bridge:
         yield bridge
 
 
 def host_client(bridge: BridgeProcess, keys: Path, **kw: object) -> BridgeClient:
-    return BridgeClient(bridge.endpoint, curve=ClientCurve.from_files(keys / "host.key_secret", keys / "bridge.key"), **kw)
+    return BridgeClient(
+        bridge.endpoint, curve=ClientCurve.from_files(keys / "host.key_secret", keys / "bridge.key"), **kw
+    )
 
 
 def status_of(bridge: BridgeProcess, keys: Path) -> dict:
@@ -75,13 +83,21 @@ def test_allowed_key_works(secure_bridge: BridgeProcess, keys: Path, model: byte
 
 
 @pytest.mark.parametrize("who", ["intruder", "no key"])
-def test_unknown_or_missing_key_gets_no_answer_and_no_effect(secure_bridge: BridgeProcess, keys: Path, who: str) -> None:
+def test_unknown_or_missing_key_gets_no_answer_and_no_effect(
+    secure_bridge: BridgeProcess, keys: Path, who: str
+) -> None:
     before = status_of(secure_bridge, keys)
     curve = ClientCurve.from_files(keys / "intruder.key_secret", keys / "bridge.key") if who == "intruder" else None
     dealer = RawDealer(secure_bridge.endpoint, curve=curve)
     hostile = [
-        {"v": 1, "type": "load_policy", "seq": 1, "onnx": build_mlp_policy(DIM, 8, seed=66),
-         "sha256": sha256_hex(build_mlp_policy(DIM, 8, seed=66)), "name": "evil"},
+        {
+            "v": 1,
+            "type": "load_policy",
+            "seq": 1,
+            "onnx": build_mlp_policy(DIM, 8, seed=66),
+            "sha256": sha256_hex(build_mlp_policy(DIM, 8, seed=66)),
+            "name": "evil",
+        },
         {"v": 1, "type": "act", "seq": 2, "obs": np.ones(DIM, "<f4").tobytes(), "shape": [DIM]},
         {"v": 1, "type": "reset", "seq": 3},
     ]
@@ -106,8 +122,12 @@ def test_host_never_talks_to_a_bridge_with_another_key(keys: Path, model: bytes,
     impostor_view = ClientCurve.from_files(keys / "host.key_secret", keys / "impostor.key")
     args = ["--curve-secret", str(keys / "impostor.key_secret"), "--curve-clients", str(clients)]
     with BridgeProcess(args, client_curve=impostor_view) as impostor:
-        expecting_real = BridgeClient(impostor.endpoint, timeout_s=0.5, retries=1,
-                                      curve=ClientCurve.from_files(keys / "host.key_secret", keys / "bridge.key"))
+        expecting_real = BridgeClient(
+            impostor.endpoint,
+            timeout_s=0.5,
+            retries=1,
+            curve=ClientCurve.from_files(keys / "host.key_secret", keys / "bridge.key"),
+        )
         with expecting_real, pytest.raises(BridgeUnreachable) as info:
             expecting_real.load_policy(model)
         assert "CurveZMQ handshake" in str(info.value)
@@ -139,8 +159,10 @@ def test_key_files_are_checked(keys: Path, tmp_path: Path) -> None:
 def upload_bridge(model: bytes, tmp_path: Path) -> Iterator[BridgeClient]:
     policy = tmp_path / "policy.onnx"
     policy.write_bytes(model)
-    with BridgeProcess(["--policy", str(policy), "--max-message-bytes", "65536"]) as bridge, \
-            BridgeClient(bridge.endpoint, timeout_s=5.0) as client:
+    with (
+        BridgeProcess(["--policy", str(policy), "--max-message-bytes", "65536"]) as bridge,
+        BridgeClient(bridge.endpoint, timeout_s=5.0) as client,
+    ):
         yield client
 
 
@@ -148,15 +170,29 @@ def corrupt_uploads(model: bytes) -> dict[str, tuple[dict, str, str]]:
     big = build_mlp_policy(DIM, 1200, seed=1)  # > 64 KiB
     assert len(big) > 65536
     return {
-        "truncated": ({"onnx": model[: len(model) // 2], "sha256": sha256_hex(model[: len(model) // 2])}, ErrorCode.BAD_POLICY, "not a valid ONNX"),
+        "truncated": (
+            {"onnx": model[: len(model) // 2], "sha256": sha256_hex(model[: len(model) // 2])},
+            ErrorCode.BAD_POLICY,
+            "not a valid ONNX",
+        ),
         "wrong hash": ({"onnx": model, "sha256": sha256_hex(model + b"x")}, ErrorCode.HASH_MISMATCH, "sha256"),
-        "not onnx": ({"onnx": b"MZ\x90\x00 definitely not a model" * 20, "sha256": None}, ErrorCode.BAD_POLICY, "not a valid ONNX"),
-        "oversize": ({"onnx": big[:65536 + 1000], "sha256": sha256_hex(big[:65536 + 1000])}, ErrorCode.TOO_LARGE, "limit"),
+        "not onnx": (
+            {"onnx": b"MZ\x90\x00 definitely not a model" * 20, "sha256": None},
+            ErrorCode.BAD_POLICY,
+            "not a valid ONNX",
+        ),
+        "oversize": (
+            {"onnx": big[: 65536 + 1000], "sha256": sha256_hex(big[: 65536 + 1000])},
+            ErrorCode.TOO_LARGE,
+            "limit",
+        ),
     }
 
 
 @pytest.mark.parametrize("case", ["truncated", "wrong hash", "not onnx", "oversize"])
-def test_corrupt_upload_is_refused_and_previous_policy_keeps_flying(upload_bridge: BridgeClient, model: bytes, case: str) -> None:
+def test_corrupt_upload_is_refused_and_previous_policy_keeps_flying(
+    upload_bridge: BridgeClient, model: bytes, case: str
+) -> None:
     client = upload_bridge
     obs = np.random.default_rng(2).standard_normal(DIM).astype(np.float32)
     before = client.act(obs)

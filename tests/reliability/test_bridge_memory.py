@@ -99,8 +99,10 @@ def test_frames_over_the_message_limit_are_never_buffered(model: Path) -> None:
 
 
 def test_a_small_cap_is_enforced_and_established_peers_keep_flying(model: Path) -> None:
-    with BridgeProcess(["--policy", str(model), "--max-peers", "3", "--log-level", "error"]) as bridge, \
-            BridgeClient(bridge.endpoint, timeout_s=5.0) as client:
+    with (
+        BridgeProcess(["--policy", str(model), "--max-peers", "3", "--log-level", "error"]) as bridge,
+        BridgeClient(bridge.endpoint, timeout_s=5.0) as client,
+    ):
         client.hello()  # our connection is established first: the cap sheds the newest
         peers = attack(port_of(bridge), 6, 1024)
         try:

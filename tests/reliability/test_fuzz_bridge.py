@@ -58,12 +58,22 @@ scalars = st.one_of(
     st.binary(max_size=64),
 )
 values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=10
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=10,
 )
-field_names = st.sampled_from(["v", "type", "seq", "obs", "shape", "dtype", "onnx", "sha256", "name", "versions", "client"])
+field_names = st.sampled_from(
+    ["v", "type", "seq", "obs", "shape", "dtype", "onnx", "sha256", "name", "versions", "client"]
+)
 type_names = st.sampled_from([*sorted(MsgType.REQUESTS), "error", "", "ACT", "act\x00", "load_policy " * 50])
 versions = st.sampled_from([1, 1, 1, 0, 2, -1, "1", 1.0, None, 2**64 - 1, -(2**63)])
-seqs = st.one_of(st.integers(min_value=0, max_value=2**64 - 1), st.integers(min_value=-(2**63), max_value=-1), st.none(), st.text(max_size=3), st.floats())
+seqs = st.one_of(
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.integers(min_value=-(2**63), max_value=-1),
+    st.none(),
+    st.text(max_size=3),
+    st.floats(),
+)
 
 
 def obs_bytes(n: int, fill: float | None = None) -> bytes:
@@ -83,7 +93,13 @@ hostile_shapes = st.one_of(
 
 @st.composite
 def act_messages(draw: st.DrawFn) -> dict:
-    message = {"v": draw(versions), "type": "act", "seq": draw(seqs), "obs": draw(hostile_obs), "shape": draw(hostile_shapes)}
+    message = {
+        "v": draw(versions),
+        "type": "act",
+        "seq": draw(seqs),
+        "obs": draw(hostile_obs),
+        "shape": draw(hostile_shapes),
+    }
     if draw(st.booleans()):
         message["dtype"] = draw(st.one_of(st.sampled_from(["<f4", ">f4", "float64", "f2", "<f4\x00"]), values))
     return message
@@ -111,7 +127,9 @@ def load_messages(draw: st.DrawFn, model_ref: ModelBytes) -> dict:
         onnx = draw(values)
     else:
         onnx = model
-    declared = draw(st.one_of(st.just(sha256_hex(onnx) if isinstance(onnx, bytes) else "0" * 64), st.text(max_size=70), values))
+    declared = draw(
+        st.one_of(st.just(sha256_hex(onnx) if isinstance(onnx, bytes) else "0" * 64), st.text(max_size=70), values)
+    )
     if kind == "wrong_hash":
         declared = sha256_hex(b"something else")
     return {"v": 1, "type": "load_policy", "seq": draw(seqs), "onnx": onnx, "sha256": declared, "name": draw(values)}
@@ -131,13 +149,15 @@ def deep_nesting(depth: int) -> bytes:
     return b"\x91" * depth + b"\xc0"  # [[[...[nil]...]]] as raw msgpack
 
 
-lying_headers = st.sampled_from([
-    b"\xc6\xff\xff\xff\xff",  # bin32 claiming 4 GiB, then nothing
-    b"\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
-    b"\xdf\xff\xff\xff\xff",  # map32 claiming 4 billion pairs
-    b"\xdb\x7f\xff\xff\xff" + b"x" * 16,  # str32 claiming 2 GiB
-    b"\xc7\x05\x01abc",  # truncated ext
-])
+lying_headers = st.sampled_from(
+    [
+        b"\xc6\xff\xff\xff\xff",  # bin32 claiming 4 GiB, then nothing
+        b"\xdd\xff\xff\xff\xff",  # array32 claiming 4 billion items
+        b"\xdf\xff\xff\xff\xff",  # map32 claiming 4 billion pairs
+        b"\xdb\x7f\xff\xff\xff" + b"x" * 16,  # str32 claiming 2 GiB
+        b"\xc7\x05\x01abc",  # truncated ext
+    ]
+)
 
 
 def payloads(model: bytes) -> st.SearchStrategy[bytes]:

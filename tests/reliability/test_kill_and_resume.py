@@ -46,9 +46,26 @@ def _default_sigint() -> None:
 
 def paced_run(policy: Path, out: Path, *extra: object, rate_hz: float = RATE_HZ) -> subprocess.Popen:
     return subprocess.Popen(
-        hil_run_command("--policy", policy, "--sim-only", "--level", "easy", "--episodes", EPISODES,
-                        "--max-steps", STEPS, "--rate-hz", rate_hz, "--out", out, *extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint,
+        hil_run_command(
+            "--policy",
+            policy,
+            "--sim-only",
+            "--level",
+            "easy",
+            "--episodes",
+            EPISODES,
+            "--max-steps",
+            STEPS,
+            "--rate-hz",
+            rate_hz,
+            "--out",
+            out,
+            *extra,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
     )
 
 
@@ -80,8 +97,10 @@ def test_sigkill_bridge_mid_episode_fails_safe_and_recovers(policy: Path, tmp_pa
     (upload,) = events(records, "policy_reuploaded")
     assert upload["sha256"] == sha256_hex(policy.read_bytes())
     recovery_s = ended["t_mono"] - killed_at
-    print(f"\nkill -> fail-safe {kill_to_failsafe_s * 1e3:.0f} ms (period {PERIOD_S * 1e3:.0f} ms), "
-          f"kill -> flying again {recovery_s:.2f} s, {ended['misses']} fail-safe steps")
+    print(
+        f"\nkill -> fail-safe {kill_to_failsafe_s * 1e3:.0f} ms (period {PERIOD_S * 1e3:.0f} ms), "
+        f"kill -> flying again {recovery_s:.2f} s, {ended['misses']} fail-safe steps"
+    )
 
     # Every episode recorded exactly once; the one that spanned the outage is marked.
     eps = episodes(records)
@@ -128,8 +147,9 @@ def test_interrupted_run_leaves_a_valid_log_and_resumes(policy: Path, tmp_path: 
     # A torn last line, as a kill during write() could leave, is cut off on resume.
     with open(out / "run.jsonl", "ab") as f:
         f.write(b'{"kind": "episode", "policy": "torn')
-    code, stdout, stderr = finish(subprocess.Popen(hil_run_command("--resume", out), stdout=subprocess.PIPE,
-                                                   stderr=subprocess.PIPE, text=True))
+    code, stdout, stderr = finish(
+        subprocess.Popen(hil_run_command("--resume", out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    )
     assert code == 0, stderr[-3000:]
     resumed = sorted(episodes(run_log(out)), key=lambda e: e["episode"])
     assert [outcome(e) for e in resumed] == [outcome(e) for e in reference]  # same seeds, same results, none twice

@@ -59,9 +59,12 @@ def bridge_address(bridge: BridgeProcess) -> tuple[str, int]:
 
 def start_run(policy: Path, proxy: FaultProxy, out: Path, *extra: object) -> subprocess.Popen:
     return subprocess.Popen(
-        hil_run_command("--policy", policy, "--host", "127.0.0.1", "--port", proxy.port, "--level", "easy",
-                        "--out", out, *extra),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        hil_run_command(
+            "--policy", policy, "--host", "127.0.0.1", "--port", proxy.port, "--level", "easy", "--out", out, *extra
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -69,14 +72,17 @@ def finish(process: subprocess.Popen) -> tuple[int, str, str]:
     return finish_within(process, RUN_TIMEOUT_S)
 
 
-def test_run_completes_with_delay_jitter_and_loss(link: NetnsLink, bridge: BridgeProcess, policy: Path, tmp_path: Path) -> None:
+def test_run_completes_with_delay_jitter_and_loss(
+    link: NetnsLink, bridge: BridgeProcess, policy: Path, tmp_path: Path
+) -> None:
     """50 ms +- 20 ms each way and 5 % packet loss, paced at 5 Hz (act deadline 160 ms)."""
     with FaultProxy(bridge_address(bridge), seed=1) as proxy:
         proxy.set_latency(0.050, 0.020)
         link.set_loss(5)
         try:
-            code, stdout, stderr = finish(start_run(policy, proxy, tmp_path, "--rate-hz", 5, "--episodes", 3,
-                                                    "--max-steps", 25, "--timeout", 1.0))
+            code, stdout, stderr = finish(
+                start_run(policy, proxy, tmp_path, "--rate-hz", 5, "--episodes", 3, "--max-steps", 25, "--timeout", 1.0)
+            )
         finally:
             dropped = link.dropped_packets()
             link.set_loss(0)
@@ -89,10 +95,12 @@ def test_run_completes_with_delay_jitter_and_loss(link: NetnsLink, bridge: Bridg
     assert dropped > 0  # the loss was real
     assert run["acts"] + rel["deadline_misses"] == run["steps"]  # every step: an action or a fail-safe
     assert 80_000 < run["round_trip_us"]["p50"] < 160_000  # ~2 x 50 ms of injected delay
-    print(f"\n50+-20 ms each way, 5% loss: {run['steps']} steps, {rel['deadline_misses']} deadline misses "
-          f"(deadline {rel['deadline_ms']:.0f} ms), {rel['retries']} retries, {rel['reconnects']} reconnects, "
-          f"{rel['stale_replies']} stale replies, {rel['outages']} outages, {dropped} packets dropped, "
-          f"rtt p50 {run['round_trip_us']['p50'] / 1e3:.0f} ms p99 {run['round_trip_us']['p99'] / 1e3:.0f} ms")
+    print(
+        f"\n50+-20 ms each way, 5% loss: {run['steps']} steps, {rel['deadline_misses']} deadline misses "
+        f"(deadline {rel['deadline_ms']:.0f} ms), {rel['retries']} retries, {rel['reconnects']} reconnects, "
+        f"{rel['stale_replies']} stale replies, {rel['outages']} outages, {dropped} packets dropped, "
+        f"rtt p50 {run['round_trip_us']['p50'] / 1e3:.0f} ms p99 {run['round_trip_us']['p99'] / 1e3:.0f} ms"
+    )
     assert "deadline misses" in stdout or rel["deadline_misses"] == 0
 
 
@@ -116,6 +124,8 @@ def test_stall_and_cut_connection_recover(link: NetnsLink, bridge: BridgeProcess
     assert not events(records, "policy_reuploaded")  # the bridge kept its policy: verified, not re-sent
     rel = json.loads((tmp_path / "report.json").read_text())["runs"][0]["reliability"]
     assert rel["outages"] >= 1 and rel["reconnects"] + rel["disconnects"] >= 1
-    print(f"\nstall 1.5 s + cut: {rel['deadline_misses']} misses, {rel['outages']} outages ({rel['outage_s']:.2f} s), "
-          f"{rel['retries']} retries, {rel['reconnects']} reconnects, {rel['disconnects']} disconnects, "
-          f"{rel['stale_replies']} stale replies")
+    print(
+        f"\nstall 1.5 s + cut: {rel['deadline_misses']} misses, {rel['outages']} outages ({rel['outage_s']:.2f} s), "
+        f"{rel['retries']} retries, {rel['reconnects']} reconnects, {rel['disconnects']} disconnects, "
+        f"{rel['stale_replies']} stale replies"
+    )

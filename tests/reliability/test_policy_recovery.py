@@ -25,8 +25,10 @@ def test_restarted_bridge_with_another_policy_gets_ours_back(tmp_path: Path) -> 
     session = ort.InferenceSession(ours, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     events: list[dict] = []
-    with BridgeProcess(["--policy", str(tmp_path / "theirs.onnx")]) as bridge, \
-            BridgeClient(bridge.endpoint, timeout_s=2.0, retries=1) as client:
+    with (
+        BridgeProcess(["--policy", str(tmp_path / "theirs.onnx")]) as bridge,
+        BridgeClient(bridge.endpoint, timeout_s=2.0, retries=1) as client,
+    ):
         assert client.load_policy(ours)["sha256"] == sha256_hex(ours)
         link = ControlLink(client, deadline_s=0.5, policy=PolicyUpload(ours, "ours.onnx"), on_event=events.append)
         link.free_running = False
@@ -41,7 +43,9 @@ def test_restarted_bridge_with_another_policy_gets_ours_back(tmp_path: Path) -> 
                 misses += 1
                 continue
             applied += 1
-            assert result.action == int(session.run(["action"], {"obs": obs[None]})[0][0]), f"wrong policy at step {step}"
+            assert result.action == int(session.run(["action"], {"obs": obs[None]})[0][0]), (
+                f"wrong policy at step {step}"
+            )
             if step > 20 and link.stats.policy_uploads:
                 break
     reuploads = [e for e in events if e["event"] == "policy_reuploaded"]

@@ -56,8 +56,24 @@ def _default_sigint() -> None:
 def test_a_run_that_flies_nothing_leaves_no_claim(policies, tmp_path):
     out = tmp_path / "run"
     port = free_port()
-    failed = run("--policy", policies[0], "--host", "127.0.0.1", "--port", port, "--timeout", "0.2",
-                 "--episodes", 2, "--level", "easy", "--max-steps", 10, "--out", out)
+    failed = run(
+        "--policy",
+        policies[0],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--timeout",
+        "0.2",
+        "--episodes",
+        2,
+        "--level",
+        "easy",
+        "--max-steps",
+        10,
+        "--out",
+        out,
+    )
     assert failed.returncode == 1 and "no reply from bridge" in failed.stderr
     assert not (out / "run.jsonl").exists()  # was a header-only log
     wrong = tmp_path / "wrong.onnx"
@@ -66,18 +82,46 @@ def test_a_run_that_flies_nothing_leaves_no_claim(policies, tmp_path):
     assert user_error.returncode == 2 and "observations" in user_error.stderr
     assert not (out / "run.jsonl").exists()
     with BridgeProcess([]) as bridge:  # the corrected run: a bridge is there
-        corrected = run("--policy", policies[0], "--host", "127.0.0.1", "--port", bridge.endpoint.rsplit(":", 1)[1],
-                        "--episodes", 2, "--level", "easy", "--max-steps", 10, "--out", out)
+        corrected = run(
+            "--policy",
+            policies[0],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            bridge.endpoint.rsplit(":", 1)[1],
+            "--episodes",
+            2,
+            "--level",
+            "easy",
+            "--max-steps",
+            10,
+            "--out",
+            out,
+        )
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert len(episodes(run_log(out))) == 2 and "previous run log kept" not in corrected.stderr
 
 
 def test_a_failed_run_leaves_the_interrupted_run_before_it_resumable(policies, tmp_path):
     out = tmp_path / "run"
-    command = hil_run_command("--policy", policies[0], "--sim-only", "--level", "easy", "--episodes", 3,
-                              "--max-steps", 30, "--rate-hz", 20, "--out", out)
-    with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                         preexec_fn=_default_sigint)) as process:
+    command = hil_run_command(
+        "--policy",
+        policies[0],
+        "--sim-only",
+        "--level",
+        "easy",
+        "--episodes",
+        3,
+        "--max-steps",
+        30,
+        "--rate-hz",
+        20,
+        "--out",
+        out,
+    )
+    with killed_on_exit(
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    ) as process:
         wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, process)
         process.send_signal(signal.SIGINT)
         code, _, stderr = finish_within(process, 60)
@@ -85,8 +129,22 @@ def test_a_failed_run_leaves_the_interrupted_run_before_it_resumable(policies, t
     interrupted = (out / "run.jsonl").read_bytes()
     # A new run into the same --out that cannot reach its bridge: it flies nothing, so it must not
     # move the interrupted run's log aside (it was renamed to run.DATE.jsonl and could not be resumed).
-    failed = run("--policy", policies[1], "--host", "127.0.0.1", "--port", free_port(), "--timeout", "0.2",
-                 "--episodes", 2, "--level", "easy", "--out", out)
+    failed = run(
+        "--policy",
+        policies[1],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        free_port(),
+        "--timeout",
+        "0.2",
+        "--episodes",
+        2,
+        "--level",
+        "easy",
+        "--out",
+        out,
+    )
     assert failed.returncode == 1 and "no reply from bridge" in failed.stderr, failed.stderr[-2000:]
     assert (out / "run.jsonl").read_bytes() == interrupted
     assert sorted(p.name for p in out.glob("run*.jsonl")) == ["run.jsonl"]
@@ -99,10 +157,24 @@ def test_a_failed_run_leaves_the_interrupted_run_before_it_resumable(policies, t
 def test_a_run_interrupted_before_its_first_episode_leaves_nothing(policies, tmp_path, how):
     out = tmp_path / "early"
     # 50 s episodes (100 steps at 2 Hz): 8 s after the start the first one is surely in flight.
-    command = hil_run_command("--policy", policies[0], "--sim-only", "--level", "easy", "--episodes", 2,
-                              "--max-steps", 100, "--rate-hz", 2, "--out", out)
-    with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                         preexec_fn=_default_sigint)) as process:
+    command = hil_run_command(
+        "--policy",
+        policies[0],
+        "--sim-only",
+        "--level",
+        "easy",
+        "--episodes",
+        2,
+        "--max-steps",
+        100,
+        "--rate-hz",
+        2,
+        "--out",
+        out,
+    )
+    with killed_on_exit(
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    ) as process:
         time.sleep(8)
         assert process.poll() is None
         process.send_signal(how)
@@ -120,15 +192,39 @@ def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
     for precision in ("fp32", "int8"):  # the study reads GROUP_PRECISION from the names
         models.append(tmp_path / f"tiny_{precision}.onnx")
         models[-1].write_bytes((ROOT / "models" / f"policy1_{precision}.onnx").read_bytes())
-    common = ["--models", *map(str, models), "--episodes", "1", "--levels", "easy", "--timing-rounds", "1",
-              "--timing-acts", "5", "--no-memory-study", "--out", str(out), "--quiet"]
-    failed = subprocess.run([sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", str(free_port()),
-                             *common], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    common = [
+        "--models",
+        *map(str, models),
+        "--episodes",
+        "1",
+        "--levels",
+        "easy",
+        "--timing-rounds",
+        "1",
+        "--timing-acts",
+        "5",
+        "--no-memory-study",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    failed = subprocess.run(
+        [sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", str(free_port()), *common],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert failed.returncode != 0 and not (out / "study_args.json").exists(), failed.stderr[-2000:]
     with BridgeProcess([]) as bridge:
         port = bridge.endpoint.rsplit(":", 1)[1]
-        corrected = subprocess.run([sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", port, *common],
-                                   capture_output=True, text=True, timeout=600, cwd=ROOT)
+        corrected = subprocess.run(
+            [sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", port, *common],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
     assert corrected.returncode == 0, corrected.stderr[-3000:]
     assert (out / "study_args.json").exists() and "other arguments" not in corrected.stderr
 
@@ -136,10 +232,23 @@ def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
 @pytest.mark.parametrize("report_lost", [False, True], ids=["report-kept", "report-lost"])
 def test_resume_adds_up_every_session_and_keeps_finished_policies(policies, tmp_path, report_lost):
     out = tmp_path / "resumed"
-    command = hil_run_command(*(a for p in policies for a in ("--policy", p)), "--sim-only", "--level", "easy",
-                              "--episodes", 3, "--max-steps", 30, "--rate-hz", 10, "--out", out)
-    with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                         preexec_fn=_default_sigint)) as process:
+    command = hil_run_command(
+        *(a for p in policies for a in ("--policy", p)),
+        "--sim-only",
+        "--level",
+        "easy",
+        "--episodes",
+        3,
+        "--max-steps",
+        30,
+        "--rate-hz",
+        10,
+        "--out",
+        out,
+    )
+    with killed_on_exit(
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    ) as process:
         records = wait_for_log(out, lambda r: len(episodes(r)) >= 1 and events(r, "bridge_started"), 60, process)
         time.sleep(1.0)  # inside episode 1 of the first policy
         os.kill(events(records, "bridge_started")[0]["pid"], signal.SIGKILL)  # the supervisor restarts it
@@ -176,7 +285,15 @@ def test_resume_adds_up_every_session_and_keeps_finished_policies(policies, tmp_
         assert all("rtt_ns" not in e for e in summary["episodes"])  # the samples stay in the log
     assert report["runs"][0]["reliability"]["bridge_restarts"] == 1  # flown in the first session
     if report_lost:  # rebuilt from the rows: the same episodes, acts and latency samples
-        for key in ("outcomes", "acts", "actuation_hz", "round_trip_us", "device_inference_us", "reliability", "sha256"):
+        for key in (
+            "outcomes",
+            "acts",
+            "actuation_hz",
+            "round_trip_us",
+            "device_inference_us",
+            "reliability",
+            "sha256",
+        ):
             assert report["runs"][0][key] == before[key], key
     else:
         assert report["runs"][0] == before  # the finished policy's summary is the one its session measured
@@ -202,11 +319,31 @@ def test_max_outage_counts_from_the_last_reply(policies, tmp_path):
     with BridgeProcess([]) as bridge:
         port = bridge.endpoint.rsplit(":", 1)[1]
         # 3 s episodes at 20 Hz: the bridge dies 0.3 s into one, so ~2.7 s of it remain, less than the limit.
-        command = hil_run_command("--policy", policies[0], "--host", "127.0.0.1", "--port", port, "--level", "easy",
-                                  "--episodes", 20, "--max-steps", 60, "--rate-hz", 20, "--timeout", "0.2",
-                                  "--max-outage-s", max_outage_s, "--out", out)
-        with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)) as process:
+        command = hil_run_command(
+            "--policy",
+            policies[0],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--level",
+            "easy",
+            "--episodes",
+            20,
+            "--max-steps",
+            60,
+            "--rate-hz",
+            20,
+            "--timeout",
+            "0.2",
+            "--max-outage-s",
+            max_outage_s,
+            "--out",
+            out,
+        )
+        with killed_on_exit(
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ) as process:
             wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, process)
             time.sleep(0.3)
             bridge.process.kill()
@@ -235,11 +372,29 @@ def test_max_outage_holds_through_the_requests_between_episodes(policies, tmp_pa
     max_outage_s = 2.0
     with BridgeProcess([]) as bridge:
         port = bridge.endpoint.rsplit(":", 1)[1]
-        command = hil_run_command("--policy", policies[0], "--host", "127.0.0.1", "--port", port, "--level", "easy",
-                                  "--episodes", 20, "--max-steps", 20, "--rate-hz", 20, "--max-outage-s", max_outage_s,
-                                  "--out", out)
-        with killed_on_exit(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)) as process:
+        command = hil_run_command(
+            "--policy",
+            policies[0],
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--level",
+            "easy",
+            "--episodes",
+            20,
+            "--max-steps",
+            20,
+            "--rate-hz",
+            20,
+            "--max-outage-s",
+            max_outage_s,
+            "--out",
+            out,
+        )
+        with killed_on_exit(
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ) as process:
             wait_for_log(out, lambda r: len(episodes(r)) >= 1, 60, process)
             bridge.process.kill()
             killed_at = time.monotonic()

@@ -67,7 +67,7 @@ class RawZmtpPeer:
                 n = min(block, sent - done)
                 self.sock.sendall(filler[:n])
                 done += n
-        except (OSError, socket.timeout):
+        except (TimeoutError, OSError):
             pass
         return done
 
