@@ -59,7 +59,7 @@ demo: $(STAMP)
 # its memory cgroups, skipped otherwise). 25.4 min on the 2-core AVX2-only AMD EPYC VM from a fresh state (2026-11-23,
 # docs/study.md); 10.4 min on an earlier AVX-512 VNNI VM.
 study: $(STAMP)
-	$(PY) -m hil.study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
+	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -72,12 +72,12 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) out .pytest_cache
 
-# The bridge as aarch64 code under qemu (Cortex-A72) against the native bridge: tests/arm. hil.arm builds
+# The bridge as aarch64 code under qemu (Cortex-A72) against the native bridge: tests/arm. device_emulation.arm builds
 # the arm64 root filesystem + wheels once into .cache/arm (needs root for debootstrap, ~1 min of downloads).
 .PHONY: test-arm
 test-arm: $(STAMP)
 	@command -v qemu-aarch64-static >/dev/null && { command -v debootstrap || test -x /usr/sbin/debootstrap; } >/dev/null || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-user-static debootstrap; } || \
 	  { echo "make test-arm: needs qemu-user-static and debootstrap: run (as root) apt-get install -y qemu-user-static debootstrap" >&2; exit 1; }
-	$(PY) -m hil.arm prepare
+	$(PY) -m device_emulation.arm prepare
 	AIRQ_TEST_ARM=1 $(PY) -m pytest -q tests/arm

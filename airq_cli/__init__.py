@@ -28,6 +28,7 @@ from airq_cli.contract import (
     error_line,
     run,
 )
+from airq_cli.files import MISSING, json_text, jsonable, shown, write_atomic, write_json
 from airq_cli.parser import ArgumentParser, HelpFormatter, defaults_from
 from airq_cli.paths import check_output_dir, check_output_file, file_mode, output_dir, output_file
 
@@ -48,4 +49,10 @@ __all__ = [
     "output_dir",
     "output_file",
     "file_mode",
+    "MISSING",
+    "json_text",
+    "jsonable",
+    "shown",
+    "write_atomic",
+    "write_json",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import EXIT_FAILURE, ArgumentParser, UserError, error_line, output_file, run
+from airq_cli import EXIT_FAILURE, ArgumentParser, UserError, error_line, output_file, run, write_atomic
 from hil.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.profiles import get_profile
@@ -37,7 +37,6 @@ from hil.report import percentiles_us, summarize_run
 from hil.run import Device, RunArgs
 from nav_env.config import load_level
 from nav_env.env import NavEnv
-from nav_env.render import write_atomic
 
 SHIPPED = [f"models/policy{i}_{p}.onnx" for i in (1, 2, 3) for p in ("fp32", "int8")]
 ECHO_MAX_ACTS = 5000  # the echo loop flies as many steps as the closed loop did, up to this
@@ -195,9 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print_table(rows, a, spins)
     if a.out:
-        from firmware_bridge.device import package_versions
+        from firmware_bridge.device import cpu_model, package_versions
         from firmware_bridge.int8_kernels import int8_kernels
-        from nav_env.bench import _cpu_name
 
         write_atomic(
             a.out,
@@ -206,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     "level": a.level,
                     "episodes": a.episodes,
                     "repeats": a.repeats,
-                    "cpu": _cpu_name(),
+                    "cpu": cpu_model(),
                     "int8_kernels": int8_kernels().as_dict(),
                     "versions": package_versions(),
                     "rows": rows,
@@ -248,13 +246,12 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
 
 
 def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[float]) -> None:
-    from firmware_bridge.device import format_versions, package_versions
+    from firmware_bridge.device import cpu_model, format_versions, package_versions
     from firmware_bridge.int8_kernels import int8_kernels
-    from nav_env.bench import _cpu_name
 
     print(
         f"hil.bench: sim-only, TCP loopback, free-running, one env, level {a.level}, {a.episodes} episodes "
-        f"x {a.repeats} repeat(s); {_cpu_name()}: {int8_kernels().describe()}; {format_versions(package_versions())}"
+        f"x {a.repeats} repeat(s); {cpu_model()}: {int8_kernels().describe()}; {format_versions(package_versions())}"
     )
     spin_col = len(spins) > 1
     print(

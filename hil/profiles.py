@@ -32,7 +32,7 @@ class DeviceProfile:
     cpus: int = 0  # cores the bridge may run on; 0 = all
     threads: int = 1  # onnxruntime intra-op threads
     memory_mb: int = 0  # address-space cap of the bridge process; 0 = none
-    # Roofline figures for a real board (hil.roofline, hil.study): one core, each with its source.
+    # Roofline figures for a real board (deployment_study.roofline, deployment_study.study): one core, each with its source.
     memory_bandwidth_gbs: float | None = None  # DRAM streaming bandwidth
     memory_bandwidth_source: str = ""
     compute_gflops: float | None = None  # fp32 multiply-add throughput (2 ops per multiply-add)

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from airq_cli import json_text, write_atomic, write_json
 from hil.loop import LoopRecord
-from nav_env.render import figure_png, save_png, write_atomic
+from nav_env.render import figure_png, save_png
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
 
@@ -64,7 +65,7 @@ class RunLog:
         return self._fd >= 0 or self._pending is None
 
     def append(self, record: dict[str, Any], durable: bool = True) -> None:
-        line = (json.dumps(record, default=_jsonable) + "\n").encode()
+        line = (json_text(record, indent=None) + "\n").encode()
         if self._pending is not None:
             self._pending.append(line)
             if not durable:
@@ -81,14 +82,6 @@ class RunLog:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def read_run_log(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -307,7 +300,7 @@ def write_report(
     out_dir: Path, report: dict[str, Any], records: list[LoopRecord], runs: list[dict[str, Any]]
 ) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = [write_atomic(out_dir / "report.json", json.dumps(report, indent=1).encode())]
+    written = [write_json(out_dir / "report.json", report)]
     for run, rec in zip(runs, records):
         stem = Path(run["policy"]).stem
         for j, frame in rec.frames.items():

@@ -58,7 +58,7 @@ from hil.report import (
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
 
-USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names hil.study and tests use
+USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names deployment_study.study and tests use
 
 
 @dataclass
@@ -250,7 +250,9 @@ class Device:
             threads = a.threads or self.profile.threads
             self.process = BridgeProcess(["--threads", str(threads), "--actuator", "mock"])
             if a.device_arch == "aarch64":
-                from hil.arm import emulated_bridge_command  # prepares (or reuses) the arm64 root filesystem
+                from device_emulation.arm import (
+                    emulated_bridge_command,  # prepares (or reuses) the arm64 root filesystem
+                )
 
                 self.process.args = emulated_bridge_command(self.process.args[1:])
             self.process.args = self.profile.launch_prefix() + self.process.args

@@ -14,7 +14,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import json
 import platform
 import sys
 import time
@@ -23,10 +22,10 @@ from statistics import median
 import gymnasium as gym
 import numpy as np
 
-from airq_cli import ArgumentParser, UserError, output_file, run
+from airq_cli import ArgumentParser, UserError, output_file, write_json
+from firmware_bridge.device import cpu_model  # stdlib only: the one description of a CPU, device and host
 from nav_env.config import camera_overrides, load_level
 from nav_env.env import NavEnv
-from nav_env.render import write_atomic
 from nav_env.vector import NavVectorEnv
 
 
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "env_steps_per_s": med,
         "native_over_sync": med["native_vector"] / med["sync_vector"],
         "machine": {
-            "cpu": _cpu_name(),
+            "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "numpy": np.__version__,
@@ -110,19 +109,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k:<22}{v:>14,.0f}")
     print(f"native / SyncVectorEnv: {result['native_over_sync']:.1f}x")
     if args.out:
-        write_atomic(args.out, json.dumps(result, indent=2).encode())
+        write_json(args.out, result, indent=2)
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-if __name__ == "__main__":
-    sys.exit(run(main))

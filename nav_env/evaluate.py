@@ -9,15 +9,13 @@ Episode ``j`` is ``reset(seed=seed + j)`` for every policy, so results pair up. 
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, UserError, output_dir, run
+from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
 from nav_env.baselines import BASELINES
 from nav_env.config import load_level
-from nav_env.render import write_atomic
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
 
@@ -63,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         report["paired_vs_first"] = {n: paired_difference(outcomes[names[0]], outcomes[n]) for n in names[1:]}
 
     out = Path(args.out) / f"baselines_{cfg.level}.json"
-    write_atomic(out, json.dumps(report, indent=1).encode())
+    write_json(out, report)
     print(f"level {cfg.level}: {args.episodes} seeded episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
     print(
         f"{'policy':<12}{'success':>9}{'95% CI':>16}{'collision':>11}{'timeout':>9}{'return':>9}{'steps':>8}{'path/straight':>15}"

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 
-from airq_cli import OutputError, file_mode
+from airq_cli import write_atomic
 from nav_env.arena import FAR
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
@@ -118,29 +117,6 @@ def encode_png(rgb: np.ndarray) -> bytes:
         + chunk(b"IDAT", zlib.compress(raw, 6))
         + chunk(b"IEND", b"")
     )
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write bytes via a temporary file in the same folder and a rename. The file gets the mode open()
-    would give it (0666 minus the umask): mkstemp's 0600 would hide shared results from everyone else.
-    A path that cannot be written raises airq_cli.OutputError (one line, exit 2; also an OSError)."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    except OSError as e:
-        raise OutputError(f"cannot write {path}: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), file_mode())
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise OutputError(f"cannot write {path}: {e.strerror or e}") from e
-        raise
-    return path
 
 
 def save_png(path: str | os.PathLike, rgb: np.ndarray) -> Path:

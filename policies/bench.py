@@ -12,13 +12,11 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import json
 import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, output_file, run
-from nav_env.render import write_atomic
+from airq_cli import ArgumentParser, output_file, run, write_json
 from policies.config import TrainConfig, load_toml, replace
 from policies.errors import UserError
 from policies.machine import machine_info
@@ -121,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['env_steps_per_s']:>10,.0f}{r['minutes_per_million_steps']:>9.1f}"
         )
     if args.out:
-        write_atomic(args.out, json.dumps({"results": results, "machine": info}, indent=1).encode())
+        write_json(args.out, {"results": results, "machine": info})
     return 0
 
 

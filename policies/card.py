@@ -12,9 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from airq_cli import ArgumentParser, output_file, run
+from airq_cli import ArgumentParser, output_file, run, write_atomic, write_json
 from firmware_bridge.device import format_versions, package_versions
-from nav_env.render import write_atomic
 from policies.errors import UserError
 
 
@@ -201,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     card = build_card(run, onnx_path, eval_path, args.command, args.note)
     out = Path(args.output)
     write_atomic(out, to_markdown(card).encode())
-    write_atomic(out.with_suffix(".json"), json.dumps(card, indent=1).encode())
+    write_json(out.with_suffix(".json"), card)
     print(f"wrote {out} and {out.with_suffix('.json')}")
     return 0
 

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from airq_cli import ArgumentParser, output_dir, run
+from airq_cli import ArgumentParser, output_dir, run, write_atomic, write_json
 from nav_env.config import load_level
-from nav_env.render import write_atomic
 from nav_env.vector import NavVectorEnv
 from policies.config import TRAIN_SEED_BASE, TrainConfig, load_toml, replace
 from policies.errors import UserError
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_wall_s": entry["wall_s"],
             "done": it == args.iterations - 1,
         }
-        write_atomic(out / "metrics.json", json.dumps(metrics, indent=1).encode())
+        write_json(out / "metrics.json", metrics)
     save_atomic(model, out / "final_model.zip")
     save_atomic(model, out / "checkpoints" / "latest.zip")
     write_atomic(

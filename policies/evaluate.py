@@ -19,14 +19,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import csv
 import io
-import json
 import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, output_dir, run
+from airq_cli import ArgumentParser, output_dir, run, write_atomic, write_json
 from nav_env.config import load_level
-from nav_env.render import figure_png, write_atomic
+from nav_env.render import figure_png
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
 from policies.config import RUN_CHECKPOINTS
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     rows = summary_rows(report)
     episode_rows = [{"policy": n, **r} for n, e in report["policies"].items() for r in e["episodes"]]
-    write_atomic(out / f"{stem}.json", json.dumps(report, indent=1).encode())
+    write_json(out / f"{stem}.json", report)
     write_atomic(out / f"{stem}.csv", to_csv(rows, SUMMARY_COLUMNS))
     write_atomic(out / f"{stem}_episodes.csv", to_csv(episode_rows, list(episode_rows[0])))
     write_atomic(out / f"{stem}.png", plot(report))

@@ -18,11 +18,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airq_cli import ArgumentParser, output_file, run
+from airq_cli import ArgumentParser, output_file, run, write_atomic
 from nav_env import env_id as level_env_id
 from nav_env.actions import N_DISCRETE_ACTIONS, action_table_rows
 from nav_env.config import load_level
-from nav_env.render import write_atomic
 from nav_env.rollout import run_episodes, summarize
 from policies.config import EVAL_SEED_BASE, RUN_CHECKPOINTS
 from policies.errors import UserError

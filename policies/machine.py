@@ -5,16 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from firmware_bridge.device import cpu_model  # the one description of a CPU, the device's and the host's
 
 
 def machine_info() -> dict:
@@ -22,7 +13,7 @@ def machine_info() -> dict:
     import torch
 
     return {
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),

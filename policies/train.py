@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airq_cli import check_output_dir, run
-from nav_env.render import write_atomic
+from airq_cli import check_output_dir, run, write_atomic
 from policies.config import TRAIN_SEED_BASE, TrainConfig, build_parser, from_run_dir, replace, resolve
 from policies.errors import UserError
 from policies.presets import get_preset

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from nav_env.render import write_atomic
+from airq_cli import write_json
 from nav_env.rollout import run_episodes, summarize
 from policies.actor import actor_from_model, algo_class, torch_policy_fn
 from policies.config import TrainConfig
@@ -142,7 +142,7 @@ class RunCallback(BaseCallback):
             curriculum_zone=int(venv.venv.curriculum.zone),
             graduated=bool(venv.graduated),
         )
-        write_atomic(self.run_dir / "state.json", json.dumps(self.state, indent=1).encode())
+        write_json(self.run_dir / "state.json", self.state)
         self.write_metrics()
 
     def write_metrics(self) -> None:
@@ -152,7 +152,7 @@ class RunCallback(BaseCallback):
             train_wall_s=round(wall, 1),
             env_steps_per_s=round(self.num_timesteps / wall, 1) if wall > 0 else None,
         )
-        write_atomic(self.run_dir / "metrics.json", json.dumps(self.metrics, indent=1).encode())
+        write_json(self.run_dir / "metrics.json", self.metrics)
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:

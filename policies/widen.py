@@ -12,7 +12,7 @@ large pixels it covers; 8 x 4.5 of them at 144 x 256). ``W' = W_d R`` (4096 x 36
 with the state columns and everything after unchanged is a policy on the large observation that acts
 exactly as the source would on the area-downsampled image: a functioning policy whose weight memory
 is that of an Air Learning-sized Policy III (604 MB fp32), which is what the memory experiment
-(hil.memfit) needs. It sees no more than the source does.
+(deployment_study.memfit) needs. It sees no more than the source does.
 
 The large camera keeps the default camera's 90 x 90 degree view (``nav_env.config.camera_overrides``),
 so the area average matches the 32 x 32 render up to edge pixels. The output's metadata says what it
@@ -112,8 +112,8 @@ def widen_model(source: str | Path, camera: str | tuple[int, int], output: str |
     import onnx
     from onnx import numpy_helper
 
+    from airq_cli import write_atomic
     from nav_env.config import N_STATE_FEATURES, ConfigError, camera_overrides, load_level, parse_camera
-    from nav_env.render import write_atomic
 
     source = Path(source)
     try:
@@ -372,9 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             f"success {r['success_rate']:.1%} ({lo:.1%}-{hi:.1%}), source {r['source_success_rate']:.1%}"
         )
         if args.report:
-            from nav_env.render import write_atomic
+            from airq_cli import write_json
 
-            write_atomic(args.report, json.dumps(r, indent=1).encode())
+            write_json(args.report, r)
     return 0
 
 

@@ -7,11 +7,11 @@ formula (floor) and for the seed's code (round to nearest): the floor costs abou
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from airq_cli import write_atomic, write_json
 from nav_env.render import figure_png
 from quantize.affine import affine_params, fake_quantize, sqnr_db
 from quantize.errors import QuantizeError
@@ -124,7 +124,6 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
 
 def run_analyze(source: str, bits: list[int], out: str | None) -> Path:
     from airq_cli import check_output_dir
-    from nav_env.render import write_atomic
 
     name, layers = layer_weights(source)
     bits = sorted(set(bits), reverse=True)
@@ -133,7 +132,7 @@ def run_analyze(source: str, bits: list[int], out: str | None) -> Path:
     hist_png, sqnr_png = plot(layers, bits, rows, name)
     write_atomic(out_dir / "weights.png", hist_png)
     write_atomic(out_dir / "sqnr.png", sqnr_png)
-    write_atomic(out_dir / "sqnr.json", json.dumps(rows, indent=1).encode())
+    write_json(out_dir / "sqnr.json", rows)
     head = f"{'layer':<18} {'shape':<12} {'min':>8} {'max':>8} " + " ".join(f"{f'{b}b fl/nr':>13}" for b in bits)
     print(f"{name}: per-layer weight SQNR in dB, seed's quantizer, floor (paper formula) / nearest (seed code)")
     print(head)

@@ -117,6 +117,6 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
 
 
 def write_card(model: str, evals: list[str], bench: str | None, command: str | None, out: str) -> Path:
-    from nav_env.render import write_atomic
+    from airq_cli import write_atomic
 
     return write_atomic(out, build_card(model, evals, bench, command).encode())

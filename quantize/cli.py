@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = bench(args.models, calls=args.calls, cold=args.cold)
         print(format_table(rows, args.cold))
         if args.json:
-            from nav_env.render import write_atomic
+            from airq_cli import write_atomic
 
             write_atomic(
                 args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode()

@@ -113,7 +113,7 @@ def serialize(model: onnx.ModelProto) -> bytes:
 def save_atomic(model: onnx.ModelProto, path: str | Path, size_key: str | None = QUANT_PREFIX + "size_bytes") -> Path:
     """Write the model atomically; with ``size_key`` the file records its own final size in metadata
     (re-serialized until the number no longer changes the length: two passes in practice)."""
-    from nav_env.render import write_atomic
+    from airq_cli import write_atomic
 
     data = serialize(model)
     if size_key:

@@ -190,9 +190,8 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
 
 
 def run_qat_cli(args) -> dict:
-    from airq_cli import check_output_dir
+    from airq_cli import check_output_dir, write_json
     from nav_env.config import load_level
-    from nav_env.render import write_atomic
     from quantize.evaluation import compare, evaluate_actor
 
     if args.episodes < 1:
@@ -242,7 +241,7 @@ def run_qat_cli(args) -> dict:
         path = export_int8(res, run_dir, out / "policy_qat_int8.onnx", summary)
         report["onnx"] = str(path)
         report["onnx_agreement_vs_torch"] = onnx_agreement(path, res.actor, cfg)
-    write_atomic(out / "qat.json", json.dumps(report, indent=1).encode())
+    write_json(out / "qat.json", report)
     d = cmp["paired_diff"]
     print(
         f"{out}: QAT {res.bits}-bit ({args.rounding} weights) success {cmp['success_rate']:.1%} vs fp32 {fp['success_rate']:.1%} "

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from airq_cli import write_atomic, write_json
 from nav_env.render import figure_png
 from quantize.affine import Rounding
 from quantize.errors import QuantizeError
@@ -77,7 +78,6 @@ def _cell_path(out: Path, method: str, bits: int) -> Path:
 
 def run_sweep(args) -> Path:
     from nav_env.config import load_level
-    from nav_env.render import write_atomic
     from nav_env.rollout import summarize
     from policies.actor import actor_from_model, load_run
     from quantize.calibration import CALIBRATION_SEED, collect_observations
@@ -168,7 +168,7 @@ def run_sweep(args) -> Path:
                 "params": cell_params,
                 "success": success_vector(results).astype(int).tolist(),
             }
-            write_atomic(path, json.dumps(cell, indent=1).encode())
+            write_json(path, cell)
             cells[(method, bits)] = cell
             d = cell["paired_diff"]
             print(

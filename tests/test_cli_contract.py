@@ -33,11 +33,11 @@ MODULES = [
     "policies.distill",
     "policies.train",
     "quantize",
-    "hil.arm",
-    "hil.memfit",
+    "device_emulation.arm",
+    "deployment_study.memfit",
     "hil.bench",
-    "hil.study",
-    "hil.roofline",
+    "deployment_study",
+    "deployment_study.roofline",
     "hil.run",
     "firmware_bridge.bench",
     "firmware_bridge.serve",
@@ -69,14 +69,14 @@ OUTPUTS = [
     ("quantize", ["sweep", "r", "--out", "OUT"], "dir"),
     ("hil.run", ["--policy", "m.onnx", "--sim-only", "--out", "OUT"], "dir"),
     ("hil.run", ["--resume", "OUT"], "dir"),
-    ("hil.study", ["--sim-only", "--out", "OUT"], "dir"),
-    ("hil.memfit", ["--model", "m.onnx", "--out", "OUT"], "dir"),
+    ("deployment_study", ["--sim-only", "--out", "OUT"], "dir"),
+    ("deployment_study.memfit", ["--model", "m.onnx", "--out", "OUT"], "dir"),
     ("hil.bench", ["--policy", "m.onnx", "--out", "OUT"], "file"),
-    ("hil.roofline", ["measure", "--out", "OUT"], "file"),
+    ("deployment_study.roofline", ["measure", "--out", "OUT"], "file"),
     ("firmware_bridge.keys", ["OUT", "bridge"], "dir"),
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
-NO_OUTPUT = {"hil.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
+NO_OUTPUT = {"device_emulation.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
 HEAVY = ("torch", "stable_baselines3", "onnx", "onnxruntime", "matplotlib")
 
 # Runs a module as `python -m` does, then reports its exit code and which heavy packages it imported.
@@ -192,7 +192,11 @@ def _parsers_of(module: str, argv: list[str], monkeypatch) -> argparse.ArgumentP
 HELP_CASES = (
     [(m, []) for m in MODULES]
     + [("quantize", [c]) for c in QUANTIZE_COMMANDS]
-    + [("hil.roofline", ["measure"]), ("hil.roofline", ["cost"]), ("hil.run", ["--resume", "DIR"])]
+    + [
+        ("deployment_study.roofline", ["measure"]),
+        ("deployment_study.roofline", ["cost"]),
+        ("hil.run", ["--resume", "DIR"]),
+    ]
 )
 
 
@@ -308,7 +312,8 @@ def _modes(folder: Path) -> dict[str, int]:
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
 def test_write_atomic_applies_the_umask(tmp_path, umask, mode):
-    from nav_env.render import save_png, write_atomic
+    from airq_cli import write_atomic
+    from nav_env.render import save_png
 
     old = os.umask(umask)
     try:
@@ -320,7 +325,7 @@ def test_write_atomic_applies_the_umask(tmp_path, umask, mode):
 
 
 def test_write_atomic_error_is_one_line_user_error(tmp_path):
-    from nav_env.render import write_atomic
+    from airq_cli import write_atomic
 
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(airq_cli.OutputError, match="cannot write .*file.txt/out.json") as e:

@@ -70,7 +70,7 @@ def test_makefile_installs_everything_with_the_lock():
 
 
 def test_arm_guest_wheels_are_the_locked_versions(lock):
-    from hil.arm import BRIDGE_DEPS, wheel_requirements
+    from device_emulation.arm import BRIDGE_DEPS, wheel_requirements
 
     locked = lock.read_lock()
     assert wheel_requirements() == [f"{name}=={locked[name][1]}" for name in BRIDGE_DEPS]

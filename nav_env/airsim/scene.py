@@ -70,7 +70,7 @@ class Scene:
         return {"cylinders": [list(c) for c in self.cylinders], "boxes": [list(b) for b in self.boxes]}
 
     def save(self, path: str | os.PathLike) -> Path:
-        from nav_env.render import write_atomic  # makes the folder, one-line error if it cannot
+        from airq_cli import write_atomic  # makes the folder, one-line error if it cannot
 
         return write_atomic(path, (json.dumps(self.to_dict()) + "\n").encode())
 

@@ -1,4 +1,4 @@
-"""The bridge as aarch64 code under qemu (hil.arm) against the native bridge.
+"""The bridge as aarch64 code under qemu (device_emulation.arm) against the native bridge.
 
 Tests marked ``arm`` need qemu-user-static, debootstrap (root, once) and downloads; they are skipped
 unless AIRQ_TEST_ARM=1, which ``make test-arm`` sets (it also installs the apt packages). The other
@@ -28,8 +28,8 @@ from arm_helpers import (
     toy_model,
 )
 
+from device_emulation.arm import CPUS
 from firmware_bridge.launcher import BridgeProcess
-from hil.arm import CPUS
 from hil.client import BridgeClient
 
 
@@ -123,7 +123,7 @@ def recorded_obs() -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def arm_stack():
-    from hil.arm import prepare
+    from device_emulation.arm import prepare
 
     return prepare()
 
@@ -131,7 +131,7 @@ def arm_stack():
 def _bridge(emulated_cpu: str | None) -> Iterator[BridgeClient]:
     process = BridgeProcess(["--threads", "1", "--actuator", "mock"], startup_timeout_s=120)
     if emulated_cpu:
-        from hil.arm import emulated_bridge_command
+        from device_emulation.arm import emulated_bridge_command
 
         assert process.args[0] == sys.executable
         process.args = emulated_bridge_command(process.args[1:], cpu=emulated_cpu)

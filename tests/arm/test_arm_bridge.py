@@ -83,7 +83,7 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
 def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm_stack):
     """Control: under qemu's default CPU model (`max`: SVE, i8mm) onnxruntime's dynamic-int8 kernels
     return wrong logits (qemu 7.2). The comparison above must see that, or it proves nothing; this is
-    why hil.arm always pins -cpu cortex-a72. Skips if this qemu no longer shows the fault."""
+    why device_emulation.arm always pins -cpu cortex-a72. Skips if this qemu no longer shows the fault."""
     import dataclasses
 
     from firmware_bridge.launcher import BridgeProcess
@@ -101,7 +101,7 @@ def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm
     agree, max_diff = float(np.mean(a_nat == a_max)), float(np.max(np.abs(l_nat - l_max)))
     caught = not (agree >= INT8_MIN_AGREEMENT and max_diff <= INT8_LOGIT_TOL)
     FIGURES.append(
-        f"control, -cpu max (qemu's default, never used by hil.arm): {p.label} actions identical {agree:.2%}, "
+        f"control, -cpu max (qemu's default, never used by device_emulation.arm): {p.label} actions identical {agree:.2%}, "
         f"max |logit diff| {max_diff:.2f}: " + ("caught by the comparison" if caught else "not reproduced")
     )
     if not caught:
@@ -126,7 +126,7 @@ def test_guest_sees_the_pi_cores_features(arm_stack, cpu, dotprod):
     import json
     import subprocess
 
-    from hil.arm import prepare
+    from device_emulation.arm import prepare
 
     r = subprocess.run(prepare(cpu=cpu).python_command(["-c", HWCAP_CODE]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

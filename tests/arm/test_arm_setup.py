@@ -1,4 +1,4 @@
-"""hil.arm without emulation: quick, run by plain `make test` too."""
+"""device_emulation.arm without emulation: quick, run by plain `make test` too."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from device_emulation import arm
+from device_emulation.arm import APT_HINT, ArmSetupError, ArmStack, cpuinfo_text, debian_mirror
 from firmware_bridge.launcher import BridgeStartError
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil import arm
-from hil.arm import APT_HINT, ArmSetupError, ArmStack, cpuinfo_text, debian_mirror
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -209,7 +209,7 @@ def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
         "--quiet",
     ]
     failed = subprocess.run(
-        [sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", str(free_port()), *common],
+        [sys.executable, "-m", "deployment_study", "--host", "127.0.0.1", "--port", str(free_port()), *common],
         capture_output=True,
         text=True,
         timeout=300,
@@ -219,7 +219,7 @@ def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
     with BridgeProcess([]) as bridge:
         port = bridge.endpoint.rsplit(":", 1)[1]
         corrected = subprocess.run(
-            [sys.executable, "-m", "hil.study", "--host", "127.0.0.1", "--port", port, *common],
+            [sys.executable, "-m", "deployment_study", "--host", "127.0.0.1", "--port", port, *common],
             capture_output=True,
             text=True,
             timeout=600,

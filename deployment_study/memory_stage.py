@@ -8,12 +8,12 @@ policies see a 32 x 32 image, so they fit any Pi; this stage rebuilds the seed's
    144 x 256 depth image (615 MB fp32 for Policy III), and ``quantize ptq`` makes its static int8;
    both under ``--memory-cache`` (default .cache/study-memory/SOURCE_SHA256[:16]/), checked by the
    sha256s in their metadata before reuse;
-2. ``hil.memfit`` flies each model unconstrained (the baseline) and under each RAM limit (memory
+2. ``deployment_study.memfit`` flies each model unconstrained (the baseline) and under each RAM limit (memory
    cgroup, with or without swap: the profile's size with swap, without swap, and a tighter limit),
    a fresh bridge process per run. A limit at or below a model's weight bytes cannot hold the
    weights every inference reads: that run is short (one episode of ``--memory-thrash-acts`` acts),
    since each act then pages the weights back in and takes seconds;
-3. results into ``study.data["memory"]``, per part under OUT/memory/PART/ (hil.memfit's memfit.json,
+3. results into ``study.data["memory"]``, per part under OUT/memory/PART/ (deployment_study.memfit's memfit.json,
    memfit.md, memory_over_time.png; a finished part is not run again), the combined plot
    OUT/memory_fit_over_time.png, and the markdown section.
 
@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hil.memfit import TABLE_COLUMNS, table_row
+from airq_cli import write_json
+from deployment_study.memfit import TABLE_COLUMNS, table_row
 from hil.run import UserError
-from nav_env.render import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -51,7 +51,7 @@ SAMPLE_KEYS = ("cgroup_samples", "bridge_memory")  # time series: kept in the pa
 def resolve_plan(args, profile) -> dict[str, Any] | None:
     """What the memory stage will do for these arguments (raises UserError on bad input):
     None (off), {"mode": "device"} (--host: report the device's RAM) or {"mode": "cgroup", ...}."""
-    from hil.memfit import MemfitError, parse_limit
+    from deployment_study.memfit import MemfitError, parse_limit
     from nav_env.config import ConfigError, parse_camera
 
     on = args.memory_study
@@ -151,7 +151,7 @@ def cached_ok(
 ) -> tuple[bool, bool, str | None]:
     """(fp32 reusable, int8 reusable, fp32 sha256): each is reusable when its metadata names its source
     by the sha256 it was built from (and, for the int8, the calibration asked for and the recipe)."""
-    from hil.memfit import MemfitError, read_onnx_metadata
+    from deployment_study.memfit import MemfitError, read_onnx_metadata
 
     def meta(p: Path) -> dict[str, str] | None:
         try:
@@ -189,7 +189,7 @@ def _build(target: Path, args: list[str], what: str) -> dict[str, Any]:
 
 def build_models(plan: dict, say) -> dict[str, Any]:
     """The widened fp32 and its static int8, reused from the cache when their sha256s match."""
-    from hil.memfit import read_onnx_metadata
+    from deployment_study.memfit import read_onnx_metadata
 
     source = Path(plan["source"])
     source_sha = sha256_file(source)
@@ -247,7 +247,7 @@ def build_models(plan: dict, say) -> dict[str, Any]:
 
 
 def plan_parts(models: list[tuple[str, int]], limits: list[list[int]], episodes: int, thrash_acts: int) -> list[dict]:
-    """hil.memfit runs, per model: the baseline and every limit above its weight bytes (full episodes),
+    """deployment_study.memfit runs, per model: the baseline and every limit above its weight bytes (full episodes),
     then the limits at or below its weight bytes (every inference must page weights back in): one
     short episode of ``thrash_acts`` acts."""
     parts = []
@@ -291,7 +291,7 @@ def _part_done(path: Path, part: dict, seed: int) -> list[dict] | None:
 
 
 def run_stage(study) -> None:
-    """The memory stage of hil.study.Study (study.memory_plan says what to do)."""
+    """The memory stage of deployment_study.study.Study (study.memory_plan says what to do)."""
     plan = study.memory_plan
     if plan is None:
         study.data["memory"] = None
@@ -299,8 +299,8 @@ def run_stage(study) -> None:
     if plan["mode"] == "device":
         study.data["memory"] = {"status": "device", "plan": plan}
         return
-    from hil.memfit import MemfitError, _add_ratios, plot_memory, run_memory_fit
-    from hil.memlimit import MemLimitError, SwapFile, active_swap_bytes, memory_cgroup_support
+    from deployment_study.memfit import MemfitError, _add_ratios, plot_memory, run_memory_fit
+    from device_emulation.memlimit import MemLimitError, SwapFile, active_swap_bytes, memory_cgroup_support
 
     support = memory_cgroup_support()
     mem: dict[str, Any] = {"status": "running", "plan": plan, "cgroup": support.reason if support.available else None}
@@ -386,7 +386,7 @@ def run_stage(study) -> None:
             "code": _code_version(),
             "build_s": {p: mem["models"][p]["build_s"] for p in ("fp32", "int8")},
         }
-        write_atomic(stage_file, json.dumps(measured, indent=1).encode())
+        write_json(stage_file, measured)
     else:
         try:
             measured = json.loads(stage_file.read_text())
@@ -406,14 +406,22 @@ def run_stage(study) -> None:
 
 
 def _code_version() -> str | None:
-    """The commit that measured, "+modified" when the bridge or hil.memfit/memlimit differ from it (the
+    """The commit that measured, "+modified" when the bridge or deployment_study.memfit/memlimit differ from it (the
     bridge's loading decides the peak RSS)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "firmware_bridge", "hil/memfit.py", "hil/memlimit.py"],
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--",
+                "firmware_bridge",
+                "deployment_study/memfit.py",
+                "device_emulation/memlimit.py",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -516,7 +524,7 @@ def md_memory(data: dict) -> str:
         f"composed with an area-resampling operator, no retraining) to a {plan['camera']} depth image"
         + (" (Air Learning's)" if plan["camera"] == "144x256" else "")
         + ", and its "
-        f"static int8, each flown in the closed loop (`hil.memfit`) unconstrained and under RAM limits of {limits} (a memory "
+        f"static int8, each flown in the closed loop (`deployment_study.memfit`) unconstrained and under RAM limits of {limits} (a memory "
         "cgroup around a fresh bridge process, one onnxruntime thread, pinned to one core).",
         "",
     ]

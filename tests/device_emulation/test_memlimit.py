@@ -1,4 +1,4 @@
-"""hil.memlimit: a real process in a real memory cgroup (root only; CI runs as root), read back,
+"""device_emulation.memlimit: a real process in a real memory cgroup (root only; CI runs as root), read back,
 cleaned up; without root the reason is given."""
 
 import subprocess
@@ -7,10 +7,17 @@ import time
 from pathlib import Path
 
 import pytest
-from hil_cgroup_support import SUPPORT
+from cgroup_support import SUPPORT
 
-import hil.memlimit as memlimit
-from hil.memlimit import CgroupSampler, MemLimitError, MemoryCgroup, SwapFile, active_swap_bytes, memory_cgroup_support
+import device_emulation.memlimit as memlimit
+from device_emulation.memlimit import (
+    CgroupSampler,
+    MemLimitError,
+    MemoryCgroup,
+    SwapFile,
+    active_swap_bytes,
+    memory_cgroup_support,
+)
 
 needs_cgroup = pytest.mark.skipif(not SUPPORT.available, reason=f"no memory cgroup here: {SUPPORT.reason}")
 

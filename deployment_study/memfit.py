@@ -1,11 +1,11 @@
 """Does a policy fit a Pi-sized RAM? The seed's swap effect, measured (issue #9).
 
-    python -m hil.memfit --model out/memfit/policy3_airlearning_fp32.onnx \\
+    python -m deployment_study.memfit --model out/memfit/policy3_airlearning_fp32.onnx \\
         --model out/memfit/policy3_airlearning_int8.onnx --memory-mb 900 --swap-mb 2048 --episodes 10 --out out/memfit/run
 
 For each model the bridge (``python -m firmware_bridge.serve --policy FILE``: loaded from a local file,
 one onnxruntime thread, pinned to one core) is started twice, each time as a fresh process in a fresh
-memory cgroup (hil.memlimit): once unconstrained (the baseline, measured the same way) and once with
+memory cgroup (device_emulation.memlimit): once unconstrained (the baseline, measured the same way) and once with
 its RAM capped at ``--memory-mb`` (the seed's Raspberry Pi 3b has about 900 MB usable) and
 ``--swap-mb`` of swap (a swap file is created for the run if none is active, and removed after).
 Each run flies the same seeded episodes in the closed loop (hil.loop.run_closed_loop over ZeroMQ) at
@@ -31,7 +31,6 @@ constrained runs are skipped with the reason (the baseline still runs).
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import platform
@@ -219,10 +218,10 @@ def _fly_one(
     c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None, swap_mb: int | None = None
 ) -> dict[str, Any]:
     """Start the bridge for ``path`` (in ``cgroup`` if given), fly the episodes, return the row."""
+    from device_emulation.memlimit import CgroupSampler
     from firmware_bridge.launcher import BridgeProcess, BridgeStartError
     from hil.client import BridgeClient, BridgeError
     from hil.loop import ControlLink, default_deadline_s, run_closed_loop
-    from hil.memlimit import CgroupSampler
     from nav_env.backends import make_env
     from nav_env.stats import wilson_interval
 
@@ -408,7 +407,13 @@ def run_memory_fit(
     )
     check_config(c)
     cfgs = {p: model_config(p, c.level, c.camera, c.max_steps) for p in c.models}
-    from hil.memlimit import MemLimitError, MemoryCgroup, SwapFile, active_swap_bytes, memory_cgroup_support
+    from device_emulation.memlimit import (
+        MemLimitError,
+        MemoryCgroup,
+        SwapFile,
+        active_swap_bytes,
+        memory_cgroup_support,
+    )
 
     support = memory_cgroup_support()
     started = time.time()
@@ -434,7 +439,7 @@ def run_memory_fit(
             skip_reason = "no swap active and make_swap is off"
         swap_info["active_during_bytes"] = active_swap_bytes()
         if skip_reason:
-            print(f"hil.memfit: constrained runs skipped: {skip_reason}", file=sys.stderr)
+            print(f"deployment_study.memfit: constrained runs skipped: {skip_reason}", file=sys.stderr)
         for path in c.models:
             cfg, meta = cfgs[path]
             conditions = ([("unconstrained", 0, None)] if c.baseline else []) + [
@@ -442,7 +447,7 @@ def run_memory_fit(
             ]
             for condition, limit, swap_limit in conditions:
                 label = condition + (f" {limit} MB + {swap_limit} MB swap" if limit else "")
-                print(f"hil.memfit: {path.name} {label} ...", file=sys.stderr, flush=True)
+                print(f"deployment_study.memfit: {path.name} {label} ...", file=sys.stderr, flush=True)
                 if condition == "constrained" and skip_reason:
                     rows.append(
                         {
@@ -462,7 +467,7 @@ def run_memory_fit(
                     with MemoryCgroup(f"memfit-{condition}", limit, swap_limit, support) as cg:
                         rows.append(_fly_one(c, path, cfg, condition, cg, limit, swap_limit))
                 except MemLimitError as e:
-                    print(f"hil.memfit: {path.name} {label} skipped: {e}", file=sys.stderr)
+                    print(f"deployment_study.memfit: {path.name} {label} skipped: {e}", file=sys.stderr)
                     rows.append(
                         {
                             "model": str(path),
@@ -475,14 +480,14 @@ def run_memory_fit(
                     )
                     continue
                 rows[-1]["source_sha256"] = meta.get("airq.widen.source_sha256") or meta.get("airq.quant.source_sha256")
-                print(f"hil.memfit:   {_one_line(rows[-1])}", file=sys.stderr, flush=True)
+                print(f"deployment_study.memfit:   {_one_line(rows[-1])}", file=sys.stderr, flush=True)
     finally:
         if swap is not None:
             swap.close()
     _add_ratios(rows)
     wall = time.monotonic() - t0
     result = {
-        "command": " ".join(["python -m hil.memfit", *sys.argv[1:]])
+        "command": " ".join(["python -m deployment_study.memfit", *sys.argv[1:]])
         if Path(sys.argv[0]).stem in ("memfit", "__main__")
         else None,
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
@@ -506,22 +511,12 @@ def run_memory_fit(
         "rows": rows,
     }
     out = Path(c.out_dir)
-    from nav_env.render import write_atomic
+    from airq_cli import write_atomic, write_json
 
-    write_atomic(out / "memfit.json", json.dumps(result, indent=1, default=_json_default).encode())
+    write_json(out / "memfit.json", result)
     write_atomic(out / "memfit.md", format_markdown(result).encode())
     plot_memory(rows, out / "memory_over_time.png")
     return rows
-
-
-def _json_default(v):
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
-    if isinstance(v, Path):
-        return str(v)
-    raise TypeError(type(v).__name__)
 
 
 def _machine() -> dict[str, Any]:
@@ -677,7 +672,8 @@ def plot_memory(rows: list[dict], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from nav_env.render import figure_png, write_atomic
+    from airq_cli import write_atomic
+    from nav_env.render import figure_png
 
     runs = [r for r in rows if r.get("cgroup_samples") or r.get("bridge_memory")]
     if not runs:
@@ -728,7 +724,7 @@ def _camera(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m hil.memfit", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m deployment_study.memfit", description=__doc__.split("\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare")
     p.add_argument(
         "--memory-mb",

@@ -7,7 +7,7 @@ pass without running the memory experiments.
 
 import os
 
-from hil.memlimit import memory_cgroup_support
+from device_emulation.memlimit import memory_cgroup_support
 
 SUPPORT = memory_cgroup_support()
 if not SUPPORT.available and os.environ.get("AIRQ_REQUIRE_CGROUP") == "1":

@@ -1,8 +1,8 @@
 """Run the device side (firmware_bridge) as 64-bit Arm code under qemu user-mode emulation.
 
-    python -m hil.arm prepare          # build (or reuse) the arm64 root filesystem + wheels, check it
-    python -m hil.arm command          # print the command that starts an emulated bridge
-    python -m hil.arm run -- -m firmware_bridge.serve --bind tcp://127.0.0.1:5555
+    python -m device_emulation.arm prepare          # build (or reuse) the arm64 root filesystem + wheels, check it
+    python -m device_emulation.arm command          # print the command that starts an emulated bridge
+    python -m device_emulation.arm run -- -m firmware_bridge.serve --bind tcp://127.0.0.1:5555
     python -m hil.run --policy P.onnx --sim-only --device-arch aarch64 ...   # what users run
 
 What it builds, cached in ``.cache/arm/`` of the repo (``AIRQ_ARM_CACHE`` overrides):
@@ -76,7 +76,7 @@ class ArmSetupError(BridgeStartError):
 
 
 def _log(msg: str) -> None:
-    print(f"hil.arm: {msg}", file=sys.stderr, flush=True)
+    print(f"device_emulation.arm: {msg}", file=sys.stderr, flush=True)
 
 
 def cache_dir() -> Path:
@@ -128,7 +128,7 @@ def cpuinfo_text(cpu: str = CPU, cores: int = 4) -> str:
     )
     label = m.name.replace("cortex-a", "Cortex-A")
     return "".join(block.format(i=i) for i in range(cores)) + (
-        f"Model\t\t: {label} emulated by qemu-aarch64 (airq hil.arm), not a {m.board}\n"
+        f"Model\t\t: {label} emulated by qemu-aarch64 (airq device_emulation.arm), not a {m.board}\n"
     )
 
 
@@ -380,7 +380,7 @@ def _replace_dir(tmp: Path, final: Path) -> None:
 def _build_rootfs(cache: Path, debootstrap: str) -> Path:
     if os.geteuid() != 0:
         raise ArmSetupError(
-            f"building the arm64 root filesystem needs root (debootstrap): run `sudo {sys.executable} -m hil.arm prepare` once"
+            f"building the arm64 root filesystem needs root (debootstrap): run `sudo {sys.executable} -m device_emulation.arm prepare` once"
         )
     mirror = debian_mirror()
     tmp = _mkdtemp("rootfs.tmp-", cache)
@@ -574,7 +574,9 @@ def emulated_bridge_command(argv: list[str], cpu: str | None = None) -> list[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m hil.arm", description="The bridge's aarch64 stack under qemu emulation.")
+    p = ArgumentParser(
+        prog="python -m device_emulation.arm", description="The bridge's aarch64 stack under qemu emulation."
+    )
     p.add_argument("--cpu", choices=tuple(CPUS), help=f"qemu CPU model (default: AIRQ_ARM_CPU, else {CPU})")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("prepare", help="build or reuse the arm64 root filesystem and wheels, and check them")

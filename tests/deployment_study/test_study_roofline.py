@@ -1,4 +1,4 @@
-"""hil.roofline's model costs and predictions, and the profiles' cited figures."""
+"""deployment_study.roofline's model costs and predictions, and the profiles' cited figures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hil import roofline
+from deployment_study import roofline
 from hil.profiles import ProfileError, load_profiles
 
 MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -1,4 +1,4 @@
-"""python -m hil.study end to end: real bridge processes, real onnxruntime, TCP; and its bad inputs."""
+"""python -m deployment_study end to end: real bridge processes, real onnxruntime, TCP; and its bad inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hil_cgroup_support import SUPPORT
+from cgroup_support import SUPPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
@@ -17,7 +17,7 @@ MODELS = ROOT / "models"
 
 def study(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "hil.study", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "deployment_study", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -179,7 +179,7 @@ def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     assert [p.read_bytes() for p in logs] == before  # no episode flown twice
     if SUPPORT.available:  # the memory stage's models come from the cache, its finished runs are not run again
         assert proc.stderr.count("memory stage: reusing") == 2 and proc.stderr.count("memory stage [") == 2
-        assert "hil.memfit:" not in proc.stderr
+        assert "deployment_study.memfit:" not in proc.stderr
     other = study("--sim-only", "--models", *map(str, tiny_models), "--episodes", "4", "--out", str(out))
     assert other.returncode == 2 and "other arguments" in other.stderr
 
@@ -329,8 +329,8 @@ def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypa
     """Not root: the section says why and the study still succeeds; no model is built."""
     import signal
 
-    import hil.memlimit as memlimit
-    from hil.study import main
+    import device_emulation.memlimit as memlimit
+    from deployment_study.study import main
 
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)
     handler = signal.getsignal(signal.SIGTERM)
@@ -369,7 +369,7 @@ def test_study_memory_stage_skipped_without_root(tiny_models, tmp_path, monkeypa
 
 
 def test_memory_runs_below_the_weights_are_short():
-    from hil.study_memory import plan_parts
+    from deployment_study.memory_stage import plan_parts
 
     mb = 2**20
     limits = [[900, 2048], [900, 0], [512, 2048]]
@@ -386,7 +386,7 @@ def test_memory_runs_below_the_weights_are_short():
 
 
 def test_memory_readings_follow_the_measurements():
-    from hil.study_memory import classify, verdict
+    from deployment_study.memory_stage import classify, verdict
 
     mb = 2**20
     base = {"loaded": True, "flown": True, "condition": "constrained", "swap_max_bytes": 0}
@@ -409,8 +409,8 @@ def test_memory_stage_rebuilds_an_int8_of_another_recipe(tmp_path):
     in the current recipe (u8s7 per-tensor): a full-range u8s8 file of an older airq is rebuilt."""
     import onnx
 
+    from deployment_study.memory_stage import INT8_RECIPE_METADATA, cached_ok, sha256_file
     from firmware_bridge.toy_policy import build_mlp_policy
-    from hil.study_memory import INT8_RECIPE_METADATA, cached_ok, sha256_file
 
     fp32, int8 = tmp_path / "w_fp32.onnx", tmp_path / "w_int8.onnx"
 

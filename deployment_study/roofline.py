@@ -11,9 +11,9 @@ per-operator cost of the runtime are not counted, which is why tiny models run f
 this bound. The bandwidth that applies is the one at the model's working-set size: weights that
 fit in a cache stream from it, not from DRAM.
 
-``python -m hil.roofline measure --sizes BYTES ... --out FILE`` measures this machine (one core,
+``python -m deployment_study.roofline measure --sizes BYTES ... --out FILE`` measures this machine (one core,
 one thread): streaming read bandwidth at the given working-set sizes and from DRAM, and the
-compute throughput of large-batch onnxruntime matrix products in fp32, fp16 and int8. hil.study
+compute throughput of large-batch onnxruntime matrix products in fp32, fp16 and int8. deployment_study.study
 runs it pinned like the bridge, checks the model against the measured inference times here and
 only then shows a prediction for a real Pi (hil/profiles.toml, with cited figures).
 """
@@ -215,7 +215,7 @@ def predict_device(cost: ModelCost, profile) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgumentParser(prog="python -m hil.roofline", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m deployment_study.roofline", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="measure this machine (run it pinned to one core)")
     m.add_argument("--sizes", type=int, nargs="*", default=[], help="working-set sizes in bytes")
@@ -232,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if any(s <= 0 for s in args.sizes):
         raise UserError("--sizes must be positive byte counts")
-    from nav_env.render import write_atomic
+    from airq_cli import write_json
 
-    write_atomic(args.out, json.dumps(measure_machine(args.sizes), indent=1).encode())
+    write_json(args.out, measure_machine(args.sizes))
     return 0
 
 

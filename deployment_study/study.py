@@ -1,8 +1,8 @@
 """The deployment study (QuaRL Table 4 / Figure 4, our way): every policy at every precision in the loop.
 
-    python -m hil.study --sim-only --profile pi3b --episodes 100 --levels default hard --out out/study
-    python -m hil.study --host raspberrypi.local --profile pi3b --out out/study-pi
-    python -m hil.study --sim-only --models a_fp32.onnx a_int8.onnx --episodes 5 --out /tmp/s
+    python -m deployment_study --sim-only --profile pi3b --episodes 100 --levels default hard --out out/study
+    python -m deployment_study --host raspberrypi.local --profile pi3b --out out/study-pi
+    python -m deployment_study --sim-only --models a_fp32.onnx a_int8.onnx --episodes 5 --out /tmp/s
 
 For each policy group (models named GROUP_PRECISION.onnx, PRECISION one of fp32, fp16, int8,
 int8-dynamic; default: the 12 shipped models) and each level:
@@ -14,13 +14,13 @@ int8-dynamic; default: the 12 shipped models) and each level:
 2. timing pass (once per group, after its closed loops): the device runs N acts per model on
    observations recorded from the levels, the models interleaved round by round, so the speed-up
    ratio is not at the mercy of one noisy stretch of time;
-3. roofline (hil.roofline): with --sim-only this machine's bandwidth and compute throughput are
+3. roofline (deployment_study.roofline): with --sim-only this machine's bandwidth and compute throughput are
    measured (pinned to one core like the bridge) and each model's predicted time is checked against
    its measured timing-pass p50; only where they agree within 2x is a prediction shown for the
    real Pi boards of hil/profiles.toml ("predicted on Pi (roofline)");
-4. memory (hil.study_memory; on with a sim-only profile that has a memory size, e.g. pi3b, off with
+4. memory (deployment_study.memory_stage; on with a sim-only profile that has a memory size, e.g. pi3b, off with
    --no-memory-study): Policy III widened to Air Learning's 144 x 256 depth image (615 MB fp32) and its
-   static int8 (cached by sha256), flown by hil.memfit unconstrained and in memory cgroups at the
+   static int8 (cached by sha256), flown by deployment_study.memfit unconstrained and in memory cgroups at the
    profile's RAM with and without swap and at 512 MB: does it load, how fast, how much swap. Needs root
    and a memory cgroup controller, else "skipped: <reason>". With --host the device's own RAM is the
    experiment: its total RAM and each model's RSS are reported.
@@ -53,17 +53,26 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ArgumentParser, defaults_from, error_line, output_dir
+from airq_cli import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    ArgumentParser,
+    defaults_from,
+    error_line,
+    output_dir,
+    write_atomic,
+    write_json,
+)
+from deployment_study import memory_stage, roofline
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from hil import roofline, study_memory
 from hil.client import BridgeClient, BridgeError
 from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from hil.report import percentiles_us, read_run_log, save_figure
 from hil.run import RunArgs, UserError
 from hil.run import run as hil_run
 from nav_env.config import ConfigError, load_level
-from nav_env.render import write_atomic
 from nav_env.stats import wilson_interval
 
 USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names callers and tests use
@@ -120,20 +129,20 @@ class StudyArgs:
     timing_rounds: int = 10
     out: str = "out/study"
     quiet: bool = False
-    # the memory stage (hil.study_memory): None = on with --host (report) and with a sim-only profile that has a memory size
+    # the memory stage (deployment_study.memory_stage): None = on with --host (report) and with a sim-only profile that has a memory size
     memory_study: bool | None = None
-    memory_source: str = str(study_memory.DEFAULT_SOURCE)
+    memory_source: str = str(memory_stage.DEFAULT_SOURCE)
     memory_camera: str = "144x256"
     memory_limits: list[str] | None = None  # MB[:SWAP_MB]; None: the profile's size with swap, without, and 512 MB
     memory_swap_mb: int = 2048
     memory_episodes: int = 5
     memory_thrash_acts: int = 8
     memory_calibration_episodes: int = 20
-    memory_cache: str = str(study_memory.DEFAULT_CACHE)
+    memory_cache: str = str(memory_stage.DEFAULT_CACHE)
 
 
 def parse_args(argv: list[str] | None) -> StudyArgs:
-    p = ArgumentParser(prog="python -m hil.study", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m deployment_study", description=__doc__.split("\n")[0])
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--host", help="the device running `python -m firmware_bridge.serve` (name or address)")
     where.add_argument(
@@ -248,7 +257,7 @@ def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile |
     if args.host and profile is not None and not profile.has_roofline():
         raise UserError(f"--profile {profile.name} has no roofline figures; with --host it names the board (e.g. pi3b)")
     groups = parse_models(args.models)
-    return groups, profile, study_memory.resolve_plan(args, profile)
+    return groups, profile, memory_stage.resolve_plan(args, profile)
 
 
 def _group_label(group: str) -> str:
@@ -275,7 +284,7 @@ class Study:
         self.session_date = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         self.data: dict[str, Any] = {
             "study_version": STUDY_VERSION,
-            "command": " ".join(["python -m hil.study", *sys.argv[1:]]),
+            "command": " ".join(["python -m deployment_study", *sys.argv[1:]]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "args": asdict(args),
             "mode": "sim-only" if args.sim_only else f"device {args.host}:{args.port}",
@@ -290,7 +299,7 @@ class Study:
             "roofline": [],
             "targets": [],
             "seed": {"source": SEED_SOURCE, "table": SEED_TABLE},
-            "memory": None,  # the memory stage (hil.study_memory)
+            "memory": None,  # the memory stage (deployment_study.memory_stage)
         }
 
     # -------------------------------------------------------------- bookkeeping
@@ -315,7 +324,7 @@ class Study:
         marker = self.out / "study_args.json"
         if not marker.exists():
             key = {k: v for k, v in asdict(self.args).items() if k not in ("quiet", "out")}
-            write_atomic(marker, json.dumps(key, indent=1).encode())
+            write_json(marker, key)
 
     def say(self, text: str) -> None:
         print(f"[study {time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
@@ -325,7 +334,7 @@ class Study:
         self.data["rows"] = build_rows(self.data, self.groups)
         self.data["roofline"] = build_roofline(self.data, self.groups, self.profile)
         self.data["targets"] = build_targets(self.data)
-        write_atomic(self.out / "study.json", json.dumps(self.data, indent=1, default=_jsonable).encode())
+        write_json(self.out / "study.json", self.data)
         write_atomic(self.out / "study.md", render_markdown(self.data).encode())
 
     # -------------------------------------------------------------- stages
@@ -360,7 +369,7 @@ class Study:
                 self.save()
             self.timing_pass(group, models)
             self.save()
-        study_memory.run_stage(self)
+        memory_stage.run_stage(self)
         self.save()
         self.data["complete"] = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
@@ -389,7 +398,7 @@ class Study:
                 *_cpu_prefix(self.profile),
                 sys.executable,
                 "-m",
-                "hil.roofline",
+                "deployment_study.roofline",
                 "measure",
                 "--out",
                 str(path),
@@ -468,7 +477,7 @@ class Study:
         self.measured_anything = True
         obs = recorded_observations(a.levels, a.seed, a.timing_acts)
         result = timing_pass(models, obs, a, self.profile)
-        write_atomic(path, json.dumps(result, indent=1).encode())
+        write_json(path, result)
         self.data["timing"][group] = result
         summary = ", ".join(
             f"{Path(m).stem} p50 {r['device_inference_us']['p50']:.1f} us" for m, r in result["models"].items()
@@ -511,12 +520,6 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
         and old.get("level") == level
         and any(r.get("kind") == "episode" for r in records)
     )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 # ---------------------------------------------------------------------------------- timing pass
@@ -993,7 +996,7 @@ def md_files(data: dict) -> str:
         "policy and precision), memory_over_time.png (bridge memory over each run, like the seed's Figure 4), "
         "success.png (success with Wilson 95% intervals); cells/LEVEL/GROUP/ holds each closed loop's hil.run "
         "report and run log, timing/ the timing passes, machine.json this machine's roofline figures; with the memory "
-        "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (hil.memfit's "
+        "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (deployment_study.memfit's "
         "memfit.json, memfit.md and plot per part).\n"
     )
 
@@ -1003,7 +1006,7 @@ MARKDOWN_SECTIONS: list[Callable[[dict], str]] = [
     md_results,
     md_seed,
     md_roofline,
-    study_memory.md_memory,
+    memory_stage.md_memory,
     md_targets,
     md_files,
 ]

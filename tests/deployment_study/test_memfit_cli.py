@@ -1,4 +1,4 @@
-"""hil.memfit: bad input exits 2 with one line; a short real run (bridge as a separate process in a
+"""deployment_study.memfit: bad input exits 2 with one line; a short real run (bridge as a separate process in a
 real memory cgroup, real onnxruntime) writes its results; without cgroups the constrained runs are
 skipped with the reason."""
 
@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hil_cgroup_support import SUPPORT
+from cgroup_support import SUPPORT
 
-import hil.memlimit as memlimit
-from hil.memfit import read_onnx_metadata, run_memory_fit
+import device_emulation.memlimit as memlimit
+from deployment_study.memfit import read_onnx_metadata, run_memory_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "policy1_int8.onnx"
@@ -19,7 +19,11 @@ MODEL = ROOT / "models" / "policy1_int8.onnx"
 
 def memfit(*args, timeout=60):
     return subprocess.run(
-        [sys.executable, "-m", "hil.memfit", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "deployment_study.memfit", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from deployment_study.study import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+from pathlib import Path
+
+# cgroup_support (the AIRQ_REQUIRE_CGROUP gate) lives with the cgroup tooling's tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "device_emulation"))
