@@ -438,7 +438,7 @@ class Study:
             cell.mkdir(parents=True, exist_ok=True)
             self.measured_anything = True
             with open(cell / "table.txt", "w") as table, contextlib.redirect_stdout(table):
-                hil_run(run_args)
+                hil_run(run_args, command=run_args.command_line())
             report = json.loads((cell / "report.json").read_text())
             self.say(
                 f"[{k}/{n}] {level} {_group_label(group)} done in {time.monotonic() - t0:.0f} s: "

@@ -139,21 +139,26 @@ class ControlLink:
             self._silent_since = start
         try:
             if self._needs_verify() and not self._verify(deadline, self._attempt_timeout_s()):
-                return self._miss(deadline, "policy not verified")
+                self._miss(deadline, "policy not verified")
+                return None
             result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
         except BridgeRefused as exc:
             if exc.code != ErrorCode.NO_POLICY:
                 raise  # a bad observation or policy is a bug to report, not a network fault
             self._must_verify = True  # a restarted bridge without our policy
-            return self._miss(deadline, "bridge has no policy")
+            self._miss(deadline, "bridge has no policy")
+            return None
         except BridgeUnreachable:
-            return self._miss(deadline, "verification timed out")
+            self._miss(deadline, "verification timed out")
+            return None
         if result is None:
-            return self._miss(deadline, "no reply by the deadline")
+            self._miss(deadline, "no reply by the deadline")
+            return None
         if self._needs_verify():
             # The act went out on a connection made while we waited: it may have reached a restarted
             # bridge running another policy. Not applied; the policy is checked first, next step.
-            return self._miss(deadline, "reply came over an unverified new connection")
+            self._miss(deadline, "reply came over an unverified new connection")
+            return None
         self._on_reply()
         return result
 
@@ -357,10 +362,10 @@ def run_closed_loop(
                 rec.infer_ns.append(result.infer_ns)
                 rec.seqs.append(result.seq)
             if period_ns:
-                now = time.perf_counter_ns()
-                if now > deadline:
+                now_ns = time.perf_counter_ns()
+                if now_ns > deadline:
                     rec.overruns += 1
-                    deadline = now + period_ns  # re-phase after an overrun instead of bursting to catch up
+                    deadline = now_ns + period_ns  # re-phase after an overrun instead of bursting to catch up
                 else:
                     _sleep_until(deadline)
                     deadline += period_ns
@@ -383,7 +388,7 @@ def run_closed_loop(
         # Per-episode shares of the link's and client's counters (since the previous episode ended) and
         # the episode's latency samples: what a report resumed from the log needs to add up every
         # session, not only the last, and to rebuild a policy's summary (hil.report.summarize_run).
-        counted = _link_counts(link.stats) | client.reliability_counters()
+        counted: dict[str, float] = {**_link_counts(link.stats), **client.reliability_counters()}
         rec.episode_rows.append(
             {
                 "failsafe_steps": misses,

@@ -232,7 +232,7 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     base["device_memory"]["peak_rss_bytes"], run["device_memory"]["peak_rss_bytes"]
                 ),
                 "model_size_ratio": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
-                "success_difference": paired_difference(base_success, success)
+                "success_difference": paired_difference(np.asarray(base_success), np.asarray(success))
                 if len(success) == len(base_success)
                 else None,
             }

@@ -17,10 +17,12 @@ interrupted run loses nothing finished and --resume continues it; see docs/relia
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -58,8 +60,6 @@ from hil.report import (
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
 
-USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names deployment_study.study and tests use
-
 
 @dataclass
 class RunArgs:
@@ -88,6 +88,58 @@ class RunArgs:
     out: str = "out/hil"
     quiet: bool = False
     resume: bool = False  # continuing the run logged in ``out``
+
+    def command_line(self) -> str:
+        """The ``python -m hil.run`` command that runs exactly these arguments (what a report records)."""
+        if self.resume:
+            return shlex.join(["python", "-m", "hil.run", "--resume", self.out, *(["--quiet"] if self.quiet else [])])
+        words = ["python", "-m", "hil.run"]
+        for path in self.policy:
+            words += ["--policy", path]
+        default = RunArgs()
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("policy", "resume") or value == getattr(default, f.name):
+                continue
+            flag = "--" + ("timeout" if f.name == "timeout_s" else f.name.replace("_", "-"))
+            words += [flag] if value is True else [flag, str(value)]
+        return shlex.join(words)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` did: the report it wrote (the JSON document of report.json) and where."""
+
+    out_dir: Path
+    report: dict[str, Any]
+    already_complete: bool = False  # a finished run resumed: nothing flown, report.json left as it was
+    notes: tuple[str, ...] = ()  # things done on the user's behalf (an earlier log kept beside)
+    warnings: tuple[str, ...] = ()  # e.g. an int8 scheme the device's kernels do not compute exactly
+
+    @property
+    def report_path(self) -> Path:
+        return self.out_dir / "report.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.out_dir / RUN_LOG
+
+
+class Progress:
+    """Where :func:`run` reports as it goes; the default says nothing (a library prints nothing).
+    The command line passes one that draws a bar on a terminal and plain lines otherwise."""
+
+    def note(self, text: str) -> None:
+        """Something the user should know now (a warning, an earlier log kept)."""
+
+    def policy_started(self, path: str, episodes: int) -> None:
+        pass
+
+    def episode_done(self, record: LoopRecord) -> None:
+        pass
+
+    def policy_ended(self) -> None:
+        pass
 
 
 def parse_args(argv: list[str] | None) -> RunArgs:
@@ -259,6 +311,7 @@ class Device:
             self.process.start()
             endpoint = self.process.endpoint
         else:
+            assert a.host is not None  # check_args: --host or --sim-only
             host = f"[{a.host}]" if ":" in a.host and not a.host.startswith("[") else a.host
             endpoint = f"tcp://{host}:{a.port}"
         curve = None
@@ -276,7 +329,18 @@ class Device:
             self.process.close()
 
 
-def run(args: RunArgs) -> int:
+def run(args: RunArgs, *, command: str, progress: Progress | None = None) -> RunResult:
+    """Fly every policy of ``args`` over the same seeded episodes and write OUT/report.json (+ figures),
+    logging each episode to OUT/run.jsonl as it ends. ``command`` is what the report records as the
+    command that produced it (the CLI passes what the user typed; a study passes ``args.command_line()``).
+    Prints nothing; raises UserError for bad arguments, BridgeError/BridgeStartError when the device fails."""
+    progress = progress or Progress()
+    notes: list[str] = []
+
+    def note(text: str) -> None:
+        notes.append(text)
+        progress.note(f"note: {text}")
+
     cfg, profile = check_args(args)
     out_dir = Path(args.out)
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
@@ -289,18 +353,14 @@ def run(args: RunArgs) -> int:
     finished_all = args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values())
     if finished_all and _report_matches(out_dir / "report.json", policy_bytes, done):
         # Nothing left to fly: no bridge, and the report the run wrote stays as it is.
-        print(
-            f"the run in {out_dir} is complete ({args.episodes} episodes of each of {len(args.policy)} "
-            f"policies in {log_path}); report: {out_dir / 'report.json'}"
-        )
-        return 0
+        return RunResult(out_dir, json.loads((out_dir / "report.json").read_text()), already_complete=True)
     # The log is created with the first episode, not before: a run that fails before flying anything
     # (a user error, no bridge) leaves no log, and an earlier run's log stays where it is, resumable.
     log = RunLog(
-        log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir)
+        log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir, note)
     )
     report: dict = {
-        "command": " ".join(["python -m hil.run", *sys.argv[1:]]),
+        "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "args": asdict(args),
         "mode": "sim-only (local bridge process, mock flight controller)"
@@ -352,8 +412,9 @@ def run(args: RunArgs) -> int:
             if env is None:
                 env = _make_env(args, cfg)
                 report["backend"] = args.backend
-            rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report)
-            _end_progress(args)
+            progress.policy_started(path, len(todo))
+            rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report, progress)
+            progress.policy_ended()
             records.append(rec)
             summary = summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s)
             # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
@@ -378,12 +439,7 @@ def run(args: RunArgs) -> int:
             write_report(out_dir, report, records, report["runs"])
     finally:
         log.close()
-    print(_header(report))
-    print(format_table(report["runs"], report["comparisons"]))
-    print(
-        f"report: {out_dir / 'report.json'} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); log: {log_path}"
-    )
-    return 0
+    return RunResult(out_dir, report, notes=tuple(notes), warnings=tuple(report.get("warnings") or ()))
 
 
 def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
@@ -403,7 +459,7 @@ def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
         raise UserError(str(e)) from None
 
 
-def _keep_earlier_log(log_path: Path, out_dir: Path) -> None:
+def _keep_earlier_log(log_path: Path, out_dir: Path, note: Callable[[str], None]) -> None:
     """Called when a new run records its first episode: an earlier log in ``out_dir`` is kept beside."""
     if not log_path.exists():
         return
@@ -413,7 +469,7 @@ def _keep_earlier_log(log_path: Path, out_dir: Path) -> None:
     # A new run never destroys an old log: it is kept beside, e.g. run.20260101-120000.jsonl.
     kept = log_path.with_name(f"run.{time.strftime('%Y%m%d-%H%M%S', time.localtime(log_path.stat().st_mtime))}.jsonl")
     log_path.rename(kept)
-    print(f"note: previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)", file=sys.stderr)
+    note(f"previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)")
 
 
 def _without_rows(summary: dict[str, Any]) -> dict[str, Any]:
@@ -437,7 +493,7 @@ class EarlierSessions:
     def read(cls, log_path: Path, n: int) -> EarlierSessions:
         earlier = cls.none(n)
         for r in repair_run_log(log_path):
-            index = r.get("policy_index")
+            index = int(r.get("policy_index") or 0)  # every record with one of these kinds names its policy
             if r.get("kind") == "episode":
                 earlier.rows[index].append({k: v for k, v in r.items() if k not in ("kind", "policy", "policy_index")})
             elif r.get("kind") == "policy_end":
@@ -483,6 +539,7 @@ def _fly_policy(
     todo: list[int],
     deadline_s: float,
     report: dict,
+    progress: Progress,
 ) -> tuple[LoopRecord, dict[str, Any]]:
     """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
     with (device := Device(args, profile)) as client:
@@ -518,7 +575,7 @@ def _fly_policy(
                 "t_wall": time.time(),
             }
         )  # model size, load time: for a rebuilt summary
-        _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
+        _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"), progress)
         if load.get("obs_dim") not in (None, cfg.obs_dim):
             raise UserError(
                 f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}"
@@ -536,12 +593,10 @@ def _fly_policy(
             max_outage_s=args.max_outage_s,
         )
         link.context["policy"] = path
-        progress = _progress(path, args)
 
         def on_episode(ep, rec: LoopRecord) -> None:
             log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
-            if progress:
-                progress(ep, rec)
+            progress.episode_done(rec)
 
         rec = run_closed_loop(
             client, cfg, todo, args.seed, args.rate_hz, on_episode=on_episode, env=env, link=link, deadline_s=deadline_s
@@ -549,7 +604,7 @@ def _fly_policy(
     return rec, load
 
 
-def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None) -> None:
+def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None, progress: Progress) -> None:
     """A policy whose int8 scheme the device's kernels do not compute exactly: say so, keep it in the report."""
     from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
 
@@ -558,7 +613,7 @@ def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | N
         message = f"{Path(path).name}: {warning}"
         if message not in report.setdefault("warnings", []):
             report["warnings"].append(message)
-            print(f"warning: {message}", file=sys.stderr)
+            progress.note(f"warning: {message}")
 
 
 def _int8_line(d: dict) -> str:
@@ -581,35 +636,69 @@ def _header(report: dict) -> str:
     )
 
 
-_bar = None
+class CommandLineProgress(Progress):
+    """hil.run's own: a bar on a terminal; otherwise (a pipe, a log file) a plain line per tenth of a policy's
+    episodes, so ``make demo | cat`` is readable. Notes and warnings go to stderr as they happen."""
 
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.terminal = sys.stderr.isatty()
+        self._bar: Any = None
+        self._name, self._total, self._done, self._next_line = "", 0, 0, 0
 
-def _progress(path: str, args: RunArgs):
-    global _bar
-    if args.quiet:
-        return None
-    try:
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def policy_started(self, path: str, episodes: int) -> None:
+        self._name, self._total, self._done = Path(path).name, episodes, 0
+        self._next_line = max(1, episodes // 10)
+        if self.quiet or not self.terminal:
+            return
         from tqdm import tqdm
-    except ImportError:
-        return None
-    _bar = tqdm(total=args.episodes, desc=Path(path).name, unit="ep", file=sys.stderr, leave=False)
 
-    def update(ep, rec: LoopRecord) -> None:
-        n = len(rec.episodes)
-        _bar.set_postfix(
-            hz=f"{len(rec.rtt_ns) / max(rec.loop_s, 1e-9):,.0f}",
-            success=f"{sum(e.success for e in rec.episodes) / n:.0%}",
+        self._bar = tqdm(total=episodes, desc=self._name, unit="ep", file=sys.stderr, leave=False)
+
+    def episode_done(self, record: LoopRecord) -> None:
+        self._done += 1
+        if self.quiet:
+            return
+        n = len(record.episodes)
+        hz = len(record.rtt_ns) / max(record.loop_s, 1e-9)
+        success = sum(e.success for e in record.episodes) / n
+        if self._bar is not None:
+            self._bar.set_postfix(hz=f"{hz:,.0f}", success=f"{success:.0%}")
+            self._bar.update(1)
+        elif self._done >= self._next_line or self._done == self._total:
+            self._next_line = self._done + max(1, self._total // 10)
+            print(
+                f"{self._name}: {self._done}/{self._total} episodes, {hz:,.0f} Hz, success {success:.0%}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def policy_ended(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def describe(result: RunResult) -> str:
+    """What the command line prints when a run ends: where, on what, the side-by-side table, the files."""
+    if result.already_complete:
+        args = result.report["args"]
+        return (
+            f"the run in {result.out_dir} is complete ({args['episodes']} episodes of each of {len(args['policy'])} "
+            f"policies in {result.log_path}); report: {result.report_path}"
         )
-        _bar.update(1)
-
-    return update
-
-
-def _end_progress(args: RunArgs) -> None:
-    global _bar
-    if _bar is not None:
-        _bar.close()
-        _bar = None
+    report = result.report
+    return "\n".join(
+        [
+            _header(report),
+            format_table(report["runs"], report["comparisons"]),
+            f"report: {result.report_path} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); "
+            f"log: {result.log_path}",
+        ]
+    )
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -637,7 +726,11 @@ def main(argv: list[str] | None = None) -> int:
         return path.exists() and any(r.get("kind") == "episode" for r in read_run_log(path)[0])
 
     try:
-        return run(args)
+        result = run(
+            args, command=shlex.join(["python", "-m", "hil.run", *argv]), progress=CommandLineProgress(args.quiet)
+        )
+        print(describe(result))
+        return 0
     except UserError as e:
         print(error_line(e), file=sys.stderr)
         return EXIT_USAGE
