@@ -61,7 +61,11 @@ demo: $(STAMP)
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
 
+# The lint, format and type gate first (pyproject.toml: [tool.ruff], [tool.mypy]), then every test.
 test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

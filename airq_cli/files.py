@@ -47,7 +47,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     item, tolist = getattr(value, "item", None), getattr(value, "tolist", None)
-    if callable(tolist) and getattr(value, "ndim", 0):  # numpy array
+    if callable(tolist) and getattr(value, "ndim", None):  # numpy array (a scalar has ndim 0)
         return tolist()
     if callable(item):  # numpy scalar
         return item()

@@ -52,13 +52,13 @@ class ArgumentParser(argparse.ArgumentParser):
     """``prog`` is always ``python -m <module>`` (argparse would say ``train.py``); an error is one
     line (argparse prints the whole usage block); help shows defaults."""
 
-    def __init__(self, *args: Any, prog: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, prog: str | None = None, **kwargs: Any) -> None:
         if prog is None:
             raise TypeError("airq_cli.ArgumentParser needs prog='python -m <module>'")
         if not prog.startswith(MODULE_PREFIX):
             prog = MODULE_PREFIX + prog
         kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, prog=prog, **kwargs)
+        super().__init__(prog=prog, **kwargs)
 
     def add_subparsers(self, **kwargs: Any):
         kwargs.setdefault("parser_class", _SubParser)

@@ -32,6 +32,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOTS = (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
@@ -430,7 +431,7 @@ class CgroupSampler:
         return self
 
     def sample(self, label: str | None = None) -> dict:
-        s = {"t_s": time.monotonic() - self.t0, **self.cgroup.read()}
+        s: dict[str, Any] = {"t_s": time.monotonic() - self.t0, **self.cgroup.read()}
         if label:
             s["label"] = label
         self.samples.append(s)
