@@ -69,11 +69,11 @@ class HelpFormatter(argparse.HelpFormatter):
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse prints the whole usage block on error; on a Pi's journal one line reads better."""
 
-    def __init__(self, *args: Any, prog: str, **kwargs: Any) -> None:
+    def __init__(self, *, prog: str, **kwargs: Any) -> None:
         if not prog.startswith(MODULE_PREFIX):
             prog = MODULE_PREFIX + prog
         kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, prog=prog, **kwargs)
+        super().__init__(prog=prog, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         print(error_line(f"{message} (see {self.prog} --help)"), file=sys.stderr)

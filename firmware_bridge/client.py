@@ -1,4 +1,9 @@
-"""Host-side client for the airq firmware bridge (protocol: docs/protocol.md).
+"""The client for the airq firmware bridge (protocol: docs/protocol.md): the one implementation.
+
+The host's control loop (hil.loop, hil.run) uses it, and so do the device-side tools
+(``firmware_bridge.bench``, the launcher's readiness probe) - which is why it lives in
+firmware_bridge and, like the rest of the package, imports only the stdlib, numpy, pyzmq and msgpack
+(through firmware_bridge.protocol and firmware_bridge.keys).
 
 Reliability is "Lazy Pirate" from the ZeroMQ guide: send, poll for the reply
 with a timeout, and on timeout close and reopen the socket and resend, up to
@@ -44,7 +49,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zmq
@@ -82,7 +87,7 @@ DEFAULT_SPIN_US = 1000.0
 CONTENDED_GAP_NS = 200_000
 SPIN_BACKOFF_MAX = 256
 _POLLIN = zmq.POLLIN
-_EVENTS = zmq.EVENTS
+_EVENTS = zmq.EVENTS  # an int option; pyzmq types every getsockopt() as int | bytes, hence cast(int, ...) below
 _sched_yield = getattr(os, "sched_yield", lambda: None)
 
 
@@ -182,6 +187,7 @@ class BridgeClient:
         context: zmq.Context | None = None,
         curve: ClientCurve | None = None,
         spin_us: float = DEFAULT_SPIN_US,
+        client_name: str = CLIENT_NAME,
     ) -> None:
         if timeout_s <= 0 or load_timeout_s <= 0 or retries < 0:
             raise ValueError("timeouts must be positive and retries >= 0")
@@ -203,6 +209,7 @@ class BridgeClient:
         self.retries_per_request = retries
         self.load_timeout_s = load_timeout_s
         self.curve = curve
+        self.client_name = client_name  # sent in hello (free text; the bridge does not use it)
         self.spin_ns = int(spin_us * 1000)
         self.spin_waits = 0  # waits that started by spinning
         self.spin_backoffs = 0  # waits whose spin stopped because the CPU was contended
@@ -274,7 +281,7 @@ class BridgeClient:
 
     def _drain_monitor(self) -> None:
         # EVENTS, not poll(0): called twice per act, and poll builds a Poller each time
-        while self._monitor is not None and self._monitor.getsockopt(_EVENTS) & _POLLIN:
+        while self._monitor is not None and cast(int, self._monitor.getsockopt(_EVENTS)) & _POLLIN:
             event = recv_monitor_message(self._monitor)["event"]
             if event == zmq.EVENT_CONNECTED:
                 self._connected, self._connect_refused = True, False
@@ -360,7 +367,7 @@ class BridgeClient:
                     spin_end = now  # another thread had this core: block from here on (see CONTENDED_GAP_NS)
                     self._spin_contended()
                 last = now
-                if not sock.getsockopt(_EVENTS) & _POLLIN:
+                if not cast(int, sock.getsockopt(_EVENTS)) & _POLLIN:
                     _sched_yield()
                     continue
                 if now < spin_end and self._spin_backoff > 1:
@@ -447,7 +454,7 @@ class BridgeClient:
     def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
         """Negotiate the protocol version; returns device info, limits and the loaded policy.
         ``timeout_s``: per attempt, instead of the client's (a caller with a deadline bounds the retries)."""
-        reply, _ = self._call(MsgType.HELLO, timeout_s, versions=list(SUPPORTED_VERSIONS), client=CLIENT_NAME)
+        reply, _ = self._call(MsgType.HELLO, timeout_s, versions=list(SUPPORTED_VERSIONS), client=self.client_name)
         if reply.get("version") not in SUPPORTED_VERSIONS:
             raise BridgeProtocolError(
                 self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}"

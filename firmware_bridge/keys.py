@@ -11,7 +11,7 @@ allowed clients' ``*.key`` files; each host keeps its own ``host.key_secret``
 and the Pi's ``bridge.key``.
 
 Also the shared helpers that put keys on sockets, so the bridge (server) and
-hil.client (client) configure CURVE the same way.
+firmware_bridge.client (client) configure CURVE the same way.
 """
 
 from __future__ import annotations

@@ -21,16 +21,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
-import zmq
-
 from firmware_bridge.cli import READY_PREFIX
+from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.keys import ClientCurve
-from firmware_bridge.protocol import MsgType, hello_request, pack, unpack
 
 _PR_SET_PDEATHSIG = 1
+_prctl: Callable[..., int] | None
 try:  # looked up here, not in the child: dlopen() between fork and exec could deadlock on a loader lock
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux
@@ -136,20 +135,18 @@ class BridgeProcess:
         )
 
     def _wait_for_hello(self) -> None:
-        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self.client_curve is not None:
-            self.client_curve.apply(sock)
+        """Ready = the bridge answers hello (with the same client the control loop uses); one attempt."""
         try:
-            sock.connect(self.endpoint)
-            sock.send(pack(hello_request(0, client="firmware_bridge.launcher")))
-            if not sock.poll(int(self.startup_timeout_s * 1000)):
-                raise BridgeStartError(f"bridge at {self.endpoint} did not answer hello")
-            reply = unpack(sock.recv())
-            if reply.get("type") != MsgType.HELLO:
-                raise BridgeStartError(f"bridge at {self.endpoint} answered hello with {reply}")
-        finally:
-            sock.close()
+            with BridgeClient(
+                self.endpoint,
+                timeout_s=self.startup_timeout_s,
+                retries=0,
+                curve=self.client_curve,
+                client_name="firmware_bridge.launcher",
+            ) as client:
+                client.hello()
+        except BridgeError as exc:
+            raise BridgeStartError(f"bridge did not answer hello: {exc}") from None
 
     def stderr_text(self) -> str:
         self._stderr.flush()

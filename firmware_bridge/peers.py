@@ -17,6 +17,8 @@ import os
 import socket
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TypedDict
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -24,6 +26,13 @@ from zmq.utils.monitor import parse_monitor_message
 log = logging.getLogger("firmware_bridge.peers")
 
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED | zmq.EVENT_MONITOR_STOPPED
+
+
+class MonitorEvent(TypedDict):
+    """What _apply reads of a parsed monitor message (pyzmq's own TypedDict also has the endpoint)."""
+
+    event: int
+    value: int  # for ACCEPTED / DISCONNECTED / CLOSED: the connection's file descriptor
 
 
 class PeerLimiter:
@@ -60,7 +69,7 @@ class PeerLimiter:
         finally:
             monitor.close(linger=0)
 
-    def _apply(self, events: list[dict]) -> None:
+    def _apply(self, events: Sequence[MonitorEvent]) -> None:
         with self._lock:
             for event in events:
                 fd = event["value"]

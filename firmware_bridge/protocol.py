@@ -5,8 +5,8 @@ Every message is ONE msgpack map in the last ZeroMQ frame. Requests carry
 either the request's ``type`` (success) or ``type == "error"`` with ``code`` and
 ``message``.
 
-This module is shared by the device (firmware_bridge.server) and the host
-(hil.client), so it only depends on numpy and msgpack: no onnxruntime, no zmq.
+This module is shared by the bridge (firmware_bridge.server) and its client
+(firmware_bridge.client), so it only depends on numpy and msgpack: no onnxruntime, no zmq.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import hashlib
 import math
 import re
 import warnings
-from typing import Any
+from typing import Any, TypeGuard
 
 import msgpack
 import numpy as np
@@ -139,7 +139,7 @@ def _map_entries(payload: bytes) -> int:
     return int.from_bytes(payload[1:5], "big")  # map 32 (0xdf): unpack already proved it is a map
 
 
-def valid_seq(value: Any) -> bool:
+def valid_seq(value: Any) -> TypeGuard[int]:
     return type(value) is int and 0 <= value <= SEQ_MAX
 
 
@@ -338,7 +338,7 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def is_sha256_hex(text: Any) -> bool:
+def is_sha256_hex(text: Any) -> TypeGuard[str]:
     """64 lowercase hex digits, as docs/protocol.md section 4.2 writes a sha256."""
     return type(text) is str and _SHA256_RE.match(text) is not None
 
