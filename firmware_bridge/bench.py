@@ -1,13 +1,23 @@
-"""python -m firmware_bridge.bench [--policy FILE] [--n 2000] [--client dealer|req]
+"""python -m firmware_bridge.bench [--policy FILE] [--n 2000] [--spin-us 1000]
 
 Starts the bridge as a separate process, uploads a policy, and times N act
-round trips over TCP loopback. Reports percentiles of the round trip, the
-device's inference time, and the overhead (round trip minus inference). For
-scale it also times a bare ZeroMQ+msgpack echo server (a second process doing
-nothing but unpack/pack) with the same message sizes: "overhead / bare echo"
-is the price of the bridge's own code. Both run at the same time and are timed
-in alternating blocks of --block round trips, so a change in the machine's
-load hits both alike; the spread of the per-block p50s is reported too.
+round trips over TCP loopback with the control loop's own client
+(firmware_bridge.client.BridgeClient: act() times each round trip from send to
+reply, and the bridge's reply carries its inference time). Reports percentiles
+of the round trip, the device's inference time, and the overhead (round trip
+minus inference). For scale it also times a bare ZeroMQ+msgpack echo server (a
+second process doing nothing but unpack/pack) with the same message sizes and
+the same client: "overhead / bare echo" is the price of the bridge's own code.
+Both run at the same time and are timed in alternating blocks of --block round
+trips, so a change in the machine's load hits both alike; the spread of the
+per-block p50s is reported too.
+
+``--spin-us`` is the client's reply wait (BridgeClient ``spin_us``; the default
+is the control loop's, 0 = block in poll() at once). ``--client`` accepts only
+``dealer``: the bench times the one client the loop uses, a DEALER (the socket
+docs/protocol.md recommends). Its former ``req`` choice needed a second,
+REQ-socket client in the bench, which is what issue 15 removed; the bridge's REQ
+framing stays covered by tests/firmware_bridge/test_protocol_conformance.py.
 
 Without --policy it builds a random MLP with the onnx package (host extra).
 """
@@ -17,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -26,12 +37,14 @@ from typing import Any
 import numpy as np
 import zmq
 
-from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
+from firmware_bridge.cli import EXIT_FAILURE, READY_PREFIX, OneLineArgumentParser, error_line, fail, positive_int
+from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError, BridgeRefused
 from firmware_bridge.launcher import BridgeProcess
-from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, MsgType, load_policy_request, pack, request, unpack
+from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, pack, unpack
 
 PROG = "firmware_bridge.bench"
 OBS_POOL = 64  # distinct observations cycled through, generated before timing
+TIMEOUT_S = 30.0  # per request, one attempt: a retried act would not be a round trip worth timing
 
 
 @dataclass
@@ -41,71 +54,29 @@ class Samples:
     handler_ns: np.ndarray  # device send_ns - recv_ns (bridge code + inference)
 
 
-class Roundtripper:
-    """Minimal request/reply over REQ or DEALER (the bench must not depend on hil)."""
-
-    def __init__(self, endpoint: str, kind: str, timeout_ms: int = 30_000) -> None:
-        self.kind = kind
-        self.timeout_ms = timeout_ms
-        self.socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ if kind == "req" else zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(endpoint)
-
-    def call(self, payload: bytes) -> bytes:
-        if self.kind == "req":
-            self.socket.send(payload)
-        else:
-            self.socket.send_multipart([b"", payload])
-        if not self.socket.poll(self.timeout_ms):
-            raise TimeoutError("no reply within timeout")
-        return self.socket.recv_multipart()[-1]
-
-    def close(self) -> None:
-        self.socket.close(linger=0)
-
-
 def _percentiles_us(values_ns: np.ndarray) -> dict[str, float]:
     p50, p95, p99 = np.percentile(values_ns, [50, 95, 99]) / 1e3
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(values_ns.mean() / 1e3)}
 
 
-def run_acts(
-    client: Roundtripper, observations: list[bytes], obs_dim: int, n: int, warmup: int, first_seq: int = 0
-) -> Samples:
+def run_acts(client: BridgeClient, observations: list[np.ndarray], n: int, warmup: int) -> Samples:
+    """``warmup`` untimed acts, then ``n`` timed ones; works against the bridge and the echo server alike."""
     rtt = np.empty(n, np.int64)
     infer = np.empty(n, np.int64)
     handler = np.empty(n, np.int64)
-    shape = [obs_dim]
     for i in range(-warmup, n):
-        payload = pack(
-            request(
-                MsgType.ACT, first_seq + i + warmup, obs=observations[i % len(observations)], shape=shape, dtype="<f4"
-            )
-        )
-        start = time.perf_counter_ns()
-        reply = unpack(client.call(payload))
-        elapsed = time.perf_counter_ns() - start
-        if reply.get("type") != MsgType.ACT:
-            raise RuntimeError(f"act failed: {reply.get('code')}: {reply.get('message')}")
+        result = client.act(observations[i % len(observations)])
         if i >= 0:
-            rtt[i] = elapsed
-            infer[i] = reply["infer_ns"]
-            handler[i] = reply["send_ns"] - reply["recv_ns"]
+            rtt[i] = result.rtt_ns
+            infer[i] = result.infer_ns
+            handler[i] = result.send_ns - result.recv_ns
     return Samples(rtt, infer, handler)
 
 
-def run_echo(client: Roundtripper, observations: list[bytes], obs_dim: int, n: int, warmup: int) -> np.ndarray:
-    rtt = np.empty(n, np.int64)
-    for i in range(-warmup, n):
-        payload = pack(
-            request(MsgType.ACT, i + warmup, obs=observations[i % len(observations)], shape=[obs_dim], dtype="<f4")
-        )
-        start = time.perf_counter_ns()
-        unpack(client.call(payload))
-        elapsed = time.perf_counter_ns() - start
-        if i >= 0:
-            rtt[i] = elapsed
-    return rtt
+def make_client(endpoint: str, spin_us: float) -> BridgeClient:
+    return BridgeClient(
+        endpoint, timeout_s=TIMEOUT_S, retries=0, load_timeout_s=TIMEOUT_S, spin_us=spin_us, client_name=PROG
+    )
 
 
 def echo_server() -> None:
@@ -163,6 +134,26 @@ def load_model(policy: str | None, obs_dim: int, hidden: int) -> tuple[bytes, st
         fail("no --policy given and the onnx package (host extra) is not installed to build one", prog=PROG)
 
 
+def client_kind(text: str) -> str:
+    if text == "req":
+        raise argparse.ArgumentTypeError(
+            "'req' is no longer offered: the bench times the control loop's client, a DEALER"
+        )
+    if text != "dealer":
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from 'dealer')")
+    return text
+
+
+def spin_us(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value >= 0 and math.isfinite(value)):  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (microseconds), got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(prog=PROG, description="Round-trip latency of the airq bridge over TCP loopback.")
     parser.add_argument("--policy", metavar="FILE", help="ONNX policy (default: a random MLP built with onnx)")
@@ -171,7 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--block", type=positive_int, default=250, help="round trips per alternating bridge/echo block (default 250)"
     )
-    parser.add_argument("--client", choices=("dealer", "req"), default="dealer")
+    parser.add_argument(
+        "--client",
+        type=client_kind,
+        default="dealer",
+        metavar="{dealer}",
+        help="client socket: dealer only, the control loop's firmware_bridge.client (req was dropped)",
+    )
+    parser.add_argument(
+        "--spin-us",
+        type=spin_us,
+        default=DEFAULT_SPIN_US,
+        metavar="US",
+        help="client reply wait: check for the reply without blocking this long, then block (0 = block at once); "
+        "the control loop's BridgeClient uses the same",
+    )
     parser.add_argument("--threads", type=positive_int, default=1, help="bridge onnxruntime threads")
     parser.add_argument("--obs-dim", type=positive_int, default=1032, help="for the generated MLP")
     parser.add_argument("--hidden", type=positive_int, default=256, help="for the generated MLP")
@@ -199,31 +204,33 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         echo = None if args.no_baseline else stack.enter_context(EchoProcess())
-        client = Roundtripper(bridge.endpoint, args.client)
-        stack.callback(client.close)
-        echo_client = None if echo is None else Roundtripper(echo.endpoint, args.client)
-        if echo_client is not None:
-            stack.callback(echo_client.close)
-        loaded = unpack(client.call(pack(load_policy_request(0, model, name="bench"))))
-        if loaded.get("type") != MsgType.LOAD_POLICY:
-            fail(f"bridge refused the policy: {loaded.get('code')}: {loaded.get('message')}", prog=PROG)
-        obs_dim = loaded["obs_dim"]
-        rng = np.random.default_rng(0)
-        observations = [rng.standard_normal(obs_dim).astype("<f4").tobytes() for _ in range(OBS_POOL)]
-        acts: list[Samples] = []
-        echoes: list[np.ndarray] = []
-        done = 0
-        while done < args.n:  # alternating blocks: bridge then echo, echo then bridge, ...
-            size = min(args.block, args.n - done)
-            warmup = args.warmup if not done else 0
-            bridge_first = len(acts) % 2 == 0
-            if echo_client is not None and not bridge_first:
-                echoes.append(run_echo(echo_client, observations, obs_dim, size, warmup))
-            acts.append(run_acts(client, observations, obs_dim, size, warmup, first_seq=1 + done + args.warmup))
-            if echo_client is not None and bridge_first:
-                echoes.append(run_echo(echo_client, observations, obs_dim, size, warmup))
-            done += size
-        status = unpack(client.call(pack(request(MsgType.STATUS, 1))))
+        try:
+            client = stack.enter_context(make_client(bridge.endpoint, args.spin_us))
+            echo_client = None if echo is None else stack.enter_context(make_client(echo.endpoint, args.spin_us))
+            try:
+                loaded = client.load_policy(model, name="bench")
+            except BridgeRefused as exc:
+                fail(f"bridge refused the policy: {exc.code}: {exc.detail}", prog=PROG)
+            obs_dim = loaded["obs_dim"]
+            rng = np.random.default_rng(0)
+            observations = [rng.standard_normal(obs_dim).astype(np.float32) for _ in range(OBS_POOL)]
+            acts: list[Samples] = []
+            echoes: list[np.ndarray] = []
+            done = 0
+            while done < args.n:  # alternating blocks: bridge then echo, echo then bridge, ...
+                size = min(args.block, args.n - done)
+                warmup = args.warmup if not done else 0
+                bridge_first = len(acts) % 2 == 0
+                if echo_client is not None and not bridge_first:
+                    echoes.append(run_acts(echo_client, observations, size, warmup).rtt_ns)
+                acts.append(run_acts(client, observations, size, warmup))
+                if echo_client is not None and bridge_first:
+                    echoes.append(run_acts(echo_client, observations, size, warmup).rtt_ns)
+                done += size
+            status = client.status()
+        except BridgeError as exc:
+            print(error_line(exc), file=sys.stderr)
+            return EXIT_FAILURE
 
     samples = Samples(*(np.concatenate([getattr(b, f) for b in acts]) for f in ("rtt_ns", "infer_ns", "handler_ns")))
     block_overhead_p50 = [float(np.median(b.rtt_ns - b.infer_ns) / 1e3) for b in acts]
@@ -245,6 +252,7 @@ def build_report(
     report: dict[str, Any] = {
         "n": args.n,
         "client": args.client,
+        "spin_us": args.spin_us,
         "threads": args.threads,
         "policy": model_label,
         "policy_bytes": loaded["size_bytes"],
@@ -273,8 +281,8 @@ def format_report(report: dict[str, Any]) -> str:
     if "bare_echo_round_trip_us" in report:
         rows.append(("bare zmq+msgpack echo rt", report["bare_echo_round_trip_us"]))
     lines = [
-        f"airq bridge bench: {report['n']} acts, {report['client'].upper()} client, TCP loopback, "
-        f"onnxruntime threads={report['threads']}",
+        f"airq bridge bench: {report['n']} acts, {report['client'].upper()} client "
+        f"(firmware_bridge.client, spin {report['spin_us']:g} us), TCP loopback, onnxruntime threads={report['threads']}",
         f"policy: {report['policy']} ({report['policy_bytes']} B, "
         f"obs_dim {report['obs_dim']}, {report['action_space']})",
         f"{'':28s}{'p50':>9s}{'p95':>9s}{'p99':>9s}   (microseconds)",

@@ -12,7 +12,7 @@ ZeroMQ + msgpack echo process (``firmware_bridge.bench --echo-server``: unpack, 
 so "overhead" can be read against the price of the transport itself, measured under the same
 conditions (an env step between messages) in the same minute. Everything is repeated ``--repeats``
 times, interleaved, and the overhead is reported per repeat: a distribution, not one lucky run.
-``--spin-us`` given more than once compares client reply-wait strategies (hil.client) A/B in the
+``--spin-us`` given more than once compares client reply-wait strategies (firmware_bridge.client) A/B in the
 same run, alternating their order from repeat to repeat.
 Without --policy it takes the shipped models that exist among models/policy{1,2,3}_{fp32,int8}.onnx.
 """
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from airq_cli import EXIT_FAILURE, ArgumentParser, UserError, error_line, output_file, run, write_atomic
-from hil.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
+from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.profiles import get_profile
 from hil.report import percentiles_us, summarize_run

@@ -1,4 +1,4 @@
-"""hil.client.BridgeClient against the real bridge subprocess, and against scripted real ZeroMQ peers."""
+"""firmware_bridge.client.BridgeClient (re-exported as hil.client) against the real bridge subprocess, and against scripted real ZeroMQ peers."""
 
 from __future__ import annotations
 
@@ -16,10 +16,7 @@ import onnxruntime as ort
 import pytest
 import zmq
 
-from firmware_bridge.launcher import BridgeProcess
-from firmware_bridge.protocol import ErrorCode, pack, sha256_hex, unpack
-from firmware_bridge.toy_policy import build_mlp_policy, default_action_table
-from hil.client import (
+from firmware_bridge.client import (
     UPLOAD_ENVELOPE_BYTES,
     ActResult,
     BridgeClient,
@@ -29,6 +26,9 @@ from hil.client import (
     BridgeUnreachable,
     BridgeUnresolvable,
 )
+from firmware_bridge.launcher import BridgeProcess
+from firmware_bridge.protocol import ErrorCode, pack, sha256_hex, unpack
+from firmware_bridge.toy_policy import build_mlp_policy, default_action_table
 
 OBS_DIM = 96
 N_ACTIONS = 9
@@ -322,7 +322,7 @@ def test_spin_us_must_be_non_negative() -> None:
 
 @pytest.mark.parametrize("spin_us", [0.0, 2_000.0, 400_000.0])
 def test_replies_are_taken_while_spinning_and_while_blocked(spin_us: float) -> None:
-    """Reply-wait paths (hil.client docstring): whether a reply lands within the first spin_us (non-blocking
+    """Reply-wait paths (firmware_bridge.client docstring): whether a reply lands within the first spin_us (non-blocking
     checks) or after them (blocking poll), it is delivered to the right request: replies come at once,
     60 ms late and 5 ms late, against no spin, a spin shorter than the delays and one longer than all."""
     delays = [0.0, 0.06, 0.005]
@@ -348,7 +348,7 @@ def test_replies_are_taken_while_spinning_and_while_blocked(spin_us: float) -> N
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
 def test_spinning_backs_off_when_another_thread_wants_the_core() -> None:
     """A busy process on the client's core: the client's yields hand it whole time slices, which the client
-    sees as contention, so it stops spinning and blocks instead (hil.client CONTENDED_GAP_NS)."""
+    sees as contention, so it stops spinning and blocks instead (firmware_bridge.client CONTENDED_GAP_NS)."""
 
     def answer_after_2ms(router: zmq.Socket, frames: list[bytes], index: int) -> None:
         time.sleep(0.002)
@@ -402,3 +402,13 @@ def test_no_spinning_while_acts_take_longer_than_the_spin() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+def test_hil_client_re_exports_the_one_client() -> None:
+    """hil.client is only a re-export of firmware_bridge.client (issue 15: one protocol client)."""
+    import firmware_bridge.client
+    import hil.client
+
+    for name in hil.client.__all__:
+        assert getattr(hil.client, name) is getattr(firmware_bridge.client, name), name
+    assert {n for n in vars(hil.client) if not n.startswith("_")} == set(hil.client.__all__)

@@ -29,8 +29,8 @@ from arm_helpers import (
 )
 
 from device_emulation.arm import CPUS
+from firmware_bridge.client import BridgeClient
 from firmware_bridge.launcher import BridgeProcess
-from hil.client import BridgeClient
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,7 +1,7 @@
 """The aarch64 bridge (real process under qemu, -cpu cortex-a53/a72/a76) computes the same policy as the native one.
 
 Both bridges get the same recorded nav_env observations one act at a time over TCP through
-hil.client.BridgeClient, exactly as in the control loop.
+firmware_bridge.client.BridgeClient, exactly as in the control loop.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ def test_unpinned_cpu_model_is_caught(policies, recorded_obs, native_bridge, arm
     why device_emulation.arm always pins -cpu cortex-a72. Skips if this qemu no longer shows the fault."""
     import dataclasses
 
+    from firmware_bridge.client import BridgeClient
     from firmware_bridge.launcher import BridgeProcess
-    from hil.client import BridgeClient
 
     p = next(p for p in policies if p.dynamic)
     obs = recorded_obs[::8]

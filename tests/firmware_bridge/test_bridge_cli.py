@@ -152,14 +152,18 @@ def test_bench_table_and_missing_policy(tmp_path: Path) -> None:
         "--hidden",
         "8",
         "--client",
-        "req",
+        "dealer",
+        "--spin-us",
+        "0",
         "--no-baseline",
     )
     assert result.returncode == 0, result.stderr
-    assert (
-        "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout and "REQ client" in result.stdout
-    )
+    assert "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout
+    assert "DEALER client (firmware_bridge.client, spin 0 us)" in result.stdout
     assert_usage_error(run_module("firmware_bridge.bench", "--policy", str(tmp_path / "nope.onnx")), "nope.onnx")
+    # one client, the control loop's (issue 15): the bench's own REQ client is gone
+    assert_usage_error(run_module("firmware_bridge.bench", "--client", "req"), "--client", "'req'", "DEALER")
+    assert_usage_error(run_module("firmware_bridge.bench", "--spin-us", "-1"), "--spin-us")
 
 
 def test_keys_cli_and_curve_flags(tmp_path: Path) -> None:

@@ -176,6 +176,7 @@ import msgpack, numpy, onnxruntime, zmq, zmq.utils.monitor
 before = {m.split('.')[0] for m in sys.modules}
 import firmware_bridge.serve, firmware_bridge.server, firmware_bridge.policy, firmware_bridge.actuator
 import firmware_bridge.device, firmware_bridge.launcher, firmware_bridge.systemd, firmware_bridge.bench
+import firmware_bridge.client
 import firmware_bridge.toy_policy
 added = {m.split('.')[0] for m in sys.modules} - before - set(sys.stdlib_module_names) - {'firmware_bridge'}
 assert not added, sorted(added)

@@ -1,6 +1,6 @@
 """docs/protocol.md, section by section, against a real bridge process over TCP.
 
-The client here is written from the document (raw ZeroMQ sockets + msgpack), not hil/client.py. The
+The client here is written from the document (raw ZeroMQ sockets + msgpack), not firmware_bridge/client.py. The
 field tables, the map fields they name, the error envelope and the error-code table are read out of
 docs/protocol.md itself, and replies are compared with them in both directions: a field the server
 drops, renames or adds without the doc, or a code the doc lists that nothing triggers, fails here.

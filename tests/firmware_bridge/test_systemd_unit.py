@@ -117,7 +117,7 @@ def test_bridge_runs_with_memory_deny_write_execute(tmp_path):
         if os.environ.get("CI"):
             pytest.fail("this kernel has no PR_SET_MDWE (Linux 6.3+); CI machines do")
         pytest.skip("kernel without PR_SET_MDWE")
-    from hil.client import BridgeClient
+    from firmware_bridge.client import BridgeClient
 
     models = Path(__file__).resolve().parents[2] / "models"
     process = subprocess.Popen(

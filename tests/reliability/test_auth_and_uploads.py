@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from reliability_helpers import RawDealer
 
+from firmware_bridge.client import BridgeClient, BridgeRefused, BridgeUnreachable
 from firmware_bridge.keys import ClientCurve, create_key_pair, curve_available, load_public_key
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import ErrorCode, sha256_hex
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.client import BridgeClient, BridgeRefused, BridgeUnreachable
 
 DIM = 16
 SILENCE_MS = 1000  # how long an unauthorised client waits for the answer that must not come

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from zmtp_peer import RawZmtpPeer
 
+from firmware_bridge.client import BridgeClient
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -26,7 +27,6 @@ from firmware_bridge.protocol import (
     sha256_hex,
 )
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.client import BridgeClient
 
 MIB = 1 << 20
 FRAME_LIMIT = DEFAULT_MAX_MESSAGE_BYTES + TRANSPORT_SLACK_BYTES

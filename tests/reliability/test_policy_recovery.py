@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from firmware_bridge.client import BridgeClient
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import sha256_hex
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.client import BridgeClient
 from hil.loop import ControlLink, PolicyUpload
 
 DIM = 32
