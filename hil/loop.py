@@ -25,7 +25,7 @@ from hil.client import ActResult, BridgeClient, BridgeError, BridgeRefused, Brid
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
 from nav_env.config import NavConfig
-from nav_env.rollout import EpisodeResult
+from nav_env.rollout import EpisodeResult, episode_outcome
 
 STATUS_PERIOD_S = 0.5  # how often device memory is sampled during a run
 DEADLINE_FRACTION = 0.8  # of the control period: the rest is for stepping the simulator
@@ -371,7 +371,7 @@ def run_closed_loop(
                     deadline += period_ns
         loop_s = (time.perf_counter_ns() - t_ep) / 1e9
         rec.loop_s += loop_s
-        outcome = "success" if info["is_success"] else "collision" if info["collision"] else "timeout"
+        outcome = episode_outcome(info)
         ep = EpisodeResult(
             episode=j,
             seed=seed + j,

@@ -22,7 +22,7 @@ from statistics import median
 import gymnasium as gym
 import numpy as np
 
-from airq_cli import ArgumentParser, UserError, output_file, write_json
+from airq_cli import ArgumentParser, UserError, output_file, run, write_json
 from firmware_bridge.device import cpu_model  # stdlib only: the one description of a CPU, device and host
 from nav_env.config import camera_overrides, load_level
 from nav_env.env import NavEnv
@@ -111,3 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_json(args.out, result, indent=2)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

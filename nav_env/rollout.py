@@ -33,6 +33,15 @@ class EpisodeResult:
         return self.outcome == "success"
 
 
+def episode_outcome(info: dict, i: int | None = None) -> str:
+    """How an episode ended, from the env's final ``info`` (a vector env's with the env's index ``i``):
+    "success" (reached the goal), "collision" or "timeout" (truncated)."""
+    success, collision = (
+        (info["is_success"], info["collision"]) if i is None else (info["is_success"][i], info["collision"][i])
+    )
+    return "success" if success else "collision" if collision else "timeout"
+
+
 def run_episodes(
     policy: Policy, cfg: NavConfig, episodes: int, seed: int = 0, num_envs: int = 16
 ) -> Iterator[EpisodeResult]:
@@ -54,7 +63,7 @@ def run_episodes(
         mask = np.zeros(n, bool)
         seeds: list[int | None] = [None] * n
         for i in np.flatnonzero(done):
-            outcome = "success" if info["is_success"][i] else "collision" if info["collision"][i] else "timeout"
+            outcome = episode_outcome(info, i)
             yield EpisodeResult(
                 episode=int(assigned[i]),
                 seed=seed + int(assigned[i]),

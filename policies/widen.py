@@ -249,7 +249,7 @@ def check_large_policy(
     from gymnasium.vector import AutoresetMode
 
     from nav_env.config import camera_overrides_from_metadata, load_level
-    from nav_env.rollout import run_episodes, summarize
+    from nav_env.rollout import episode_outcome, run_episodes, summarize
     from nav_env.vector import NavVectorEnv
 
     if episodes < 1:
@@ -295,7 +295,7 @@ def check_large_policy(
             os_, *_ = small.step(a_big)  # the same actions: the same states
             done = (te | tr) & active
             for i in np.flatnonzero(done):
-                result[i] = "success" if info["is_success"][i] else "collision" if info["collision"][i] else "timeout"
+                result[i] = episode_outcome(info, i)
             active &= ~done
         outcomes += result
     wall = time.perf_counter() - t0

@@ -124,7 +124,15 @@ def bad_paths(tmp_path: Path, kind: str) -> dict[str, Path]:
 def test_every_entry_point_is_listed():
     root = Path(__file__).resolve().parents[1]
     found = set()
-    for package in ("nav_env", "policies", "quantize", "hil", "firmware_bridge"):
+    for package in (
+        "nav_env",
+        "policies",
+        "quantize",
+        "hil",
+        "firmware_bridge",
+        "device_emulation",
+        "deployment_study",
+    ):
         for path in (root / package).rglob("*.py"):
             if '__name__ == "__main__"' in path.read_text() or path.name == "__main__.py":
                 rel = path.relative_to(root).with_suffix("")
@@ -183,7 +191,9 @@ def _parsers_of(module: str, argv: list[str], monkeypatch) -> argparse.ArgumentP
         raise _Captured
 
     monkeypatch.setattr(argparse.ArgumentParser, "print_help", capture)
-    main = importlib.import_module("quantize.cli" if module == "quantize" else module).main
+    main = importlib.import_module(
+        {"quantize": "quantize.cli", "deployment_study": "deployment_study.study"}.get(module, module)
+    ).main
     with pytest.raises(_Captured):
         main([*argv, "--help"])
     return seen[0]
