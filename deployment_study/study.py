@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -70,7 +71,7 @@ from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil.client import BridgeClient, BridgeError
 from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from hil.report import percentiles_us, read_run_log, save_figure
-from hil.run import RunArgs, UserError
+from hil.run import CommandLineProgress, RunArgs, UserError
 from hil.run import run as hil_run
 from nav_env.config import ConfigError, load_level
 from nav_env.stats import wilson_interval
@@ -275,7 +276,10 @@ class Study:
         groups: dict[str, list[Model]],
         profile: DeviceProfile | None,
         memory_plan: dict | None = None,
+        *,
+        command: str,
     ):
+        """``command``: what study.json records as the command that ran the study (main() passes what was typed)."""
         self.args, self.groups, self.profile, self.memory_plan = args, groups, profile, memory_plan
         self.out = Path(args.out)
         self.started = time.monotonic()
@@ -284,7 +288,7 @@ class Study:
         self.session_date = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         self.data: dict[str, Any] = {
             "study_version": STUDY_VERSION,
-            "command": " ".join(["python -m deployment_study", *sys.argv[1:]]),
+            "command": command,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "args": asdict(args),
             "mode": "sim-only" if args.sim_only else f"device {args.host}:{args.port}",
@@ -437,9 +441,9 @@ class Study:
             )
             cell.mkdir(parents=True, exist_ok=True)
             self.measured_anything = True
-            with open(cell / "table.txt", "w") as table, contextlib.redirect_stdout(table):
-                hil_run(run_args, command=run_args.command_line())
-            report = json.loads((cell / "report.json").read_text())
+            report = hil_run(
+                run_args, command=run_args.command_line(), progress=CommandLineProgress(self.args.quiet)
+            ).report
             self.say(
                 f"[{k}/{n}] {level} {_group_label(group)} done in {time.monotonic() - t0:.0f} s: "
                 + ", ".join(f"{Path(r['policy']).stem} {r['outcomes']['success_rate']:.1%}" for r in report["runs"])
@@ -1098,8 +1102,9 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
         groups, profile, memory_plan = check_args(args)
     except SystemExit as e:  # argparse: --help, or a bad flag already reported in one line
         return int(e.code or 0)
@@ -1108,7 +1113,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    study = Study(args, groups, profile, memory_plan)
+    study = Study(args, groups, profile, memory_plan, command=shlex.join(["python", "-m", "deployment_study", *argv]))
     try:
         return study.run()
     except UserError as e:
@@ -1132,7 +1137,3 @@ def _save_partial(study: Study) -> None:
         return  # nothing recorded: leave no study behind (and no claim on --out)
     with contextlib.suppress(Exception):
         study.save()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
