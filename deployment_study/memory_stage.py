@@ -34,6 +34,7 @@ from typing import Any
 
 from airq_cli import write_json
 from deployment_study.memfit import TABLE_COLUMNS, table_row
+from deployment_study.seed import TABLE4
 from hil.run import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -691,11 +692,12 @@ def reading(mem: dict) -> list[str]:
                 f"({b32u['infer_p50_ms'] / b8u['infer_p50_ms']:.1f}x)",
             )
         if pairs:
+            p3 = TABLE4.table["policy3"]
             lines.append(
                 "- Inference p50, fp32 against int8 (this machine's times): "
                 + "; ".join(pairs)
-                + ". The seed's Pi 3b: "
-                "fp32 Policy III 208.1 ms, int8 11.0 ms (18.9x)."
+                + f". The seed's Pi 3b: fp32 Policy III {p3.fp32_ms:.1f} ms, "
+                f"int8 {p3.int8_ms:.1f} ms ({p3.speedup:.1f}x)."
             )
     b32 = next((r for r in f32 if r.get("condition") == "unconstrained" and r.get("flown")), None)
     b8 = next((r for r in i8 if r.get("condition") == "unconstrained" and r.get("flown")), None)

@@ -66,6 +66,8 @@ from airq_cli import (
     write_json,
 )
 from deployment_study import memory_stage, roofline
+from deployment_study.seed import TABLE4
+from deployment_study.seed import label as policy_label
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil.client import BridgeClient, BridgeError
@@ -81,39 +83,6 @@ PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [ROOT / "models" / f"policy{i}_{p}.onnx" for i in (1, 2, 3) for p in PRECISIONS]
 STUDY_VERSION = 1
-
-# QuaRL (Krishnan et al., "QuaRL: Quantized Reinforcement Learning", SysML 2020 / TMLR 2022), Table 4:
-# Air Learning Policies I-III on a Raspberry Pi 3b (4x Cortex-A53 @ 1.2 GHz, ~900 MB RAM), fp32 vs int8.
-SEED_SOURCE = "QuaRL (Krishnan et al., SysML 2020 / TMLR 2022), Table 4: Raspberry Pi 3b, fp32 vs int8"
-SEED_TABLE = {
-    "policy1": {
-        "name": "I",
-        "layers": "3 x 64",
-        "fp32_ms": 0.147,
-        "fp32_success": 0.60,
-        "int8_ms": 0.124,
-        "int8_success": 0.45,
-        "speedup": 1.18,
-    },
-    "policy2": {
-        "name": "II",
-        "layers": "3 x 256",
-        "fp32_ms": 133.49,
-        "fp32_success": 0.74,
-        "int8_ms": 9.53,
-        "int8_success": 0.60,
-        "speedup": 14.0,
-    },
-    "policy3": {
-        "name": "III",
-        "layers": "4096, 512, 1024",
-        "fp32_ms": 208.115,
-        "fp32_success": 0.86,
-        "int8_ms": 11.036,
-        "int8_success": 0.75,
-        "speedup": 18.85,
-    },
-}
 
 
 @dataclass
@@ -261,11 +230,6 @@ def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile |
     return groups, profile, memory_stage.resolve_plan(args, profile)
 
 
-def _group_label(group: str) -> str:
-    seed = SEED_TABLE.get(group)
-    return f"Policy {seed['name']}" if seed else group
-
-
 # ---------------------------------------------------------------------------------- the study
 
 
@@ -302,7 +266,7 @@ class Study:
             "rows": [],
             "roofline": [],
             "targets": [],
-            "seed": {"source": SEED_SOURCE, "table": SEED_TABLE},
+            "seed": TABLE4,
             "memory": None,  # the memory stage (deployment_study.memory_stage)
         }
 
@@ -436,7 +400,7 @@ class Study:
             )
             t0 = time.monotonic()
             self.say(
-                f"[{k}/{n}] {level} {_group_label(group)}: {len(models)} models x {self.args.episodes} episodes"
+                f"[{k}/{n}] {level} {policy_label(group)}: {len(models)} models x {self.args.episodes} episodes"
                 + (" (resuming)" if run_args.resume else "")
             )
             cell.mkdir(parents=True, exist_ok=True)
@@ -445,11 +409,11 @@ class Study:
                 run_args, command=run_args.command_line(), progress=CommandLineProgress(self.args.quiet)
             ).report
             self.say(
-                f"[{k}/{n}] {level} {_group_label(group)} done in {time.monotonic() - t0:.0f} s: "
+                f"[{k}/{n}] {level} {policy_label(group)} done in {time.monotonic() - t0:.0f} s: "
                 + ", ".join(f"{Path(r['policy']).stem} {r['outcomes']['success_rate']:.1%}" for r in report["runs"])
             )
         else:
-            self.say(f"[{k}/{n}] {level} {_group_label(group)}: already done ({cell / 'report.json'})")
+            self.say(f"[{k}/{n}] {level} {policy_label(group)}: already done ({cell / 'report.json'})")
         self.data["device"] = self.data["device"] or report.get("device")
         self.data["cells"][key] = {
             "level": level,
@@ -476,7 +440,7 @@ class Study:
             return
         a = self.args
         self.say(
-            f"timing pass {_group_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
+            f"timing pass {policy_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
         )
         self.measured_anything = True
         obs = recorded_observations(a.levels, a.seed, a.timing_acts)
@@ -486,7 +450,7 @@ class Study:
         summary = ", ".join(
             f"{Path(m).stem} p50 {r['device_inference_us']['p50']:.1f} us" for m, r in result["models"].items()
         )
-        self.say(f"timing pass {_group_label(group)} done: {summary}")
+        self.say(f"timing pass {policy_label(group)} done: {summary}")
 
 
 def _cpu_prefix(profile: DeviceProfile | None) -> list[str]:
@@ -723,7 +687,7 @@ def build_targets(data: dict) -> list[dict]:
             d = r["paired_vs_fp32"]["diff"]
             targets.append(
                 {
-                    "target": f"{_group_label(r['group'])} int8 success within 2 points of fp32 on {r['level']}",
+                    "target": f"{policy_label(r['group'])} int8 success within 2 points of fp32 on {r['level']}",
                     "value": f"{d * 100:+.1f} pts",
                     "met": abs(d) <= 0.02 + 1e-12,
                 }
@@ -740,14 +704,14 @@ def build_targets(data: dict) -> list[dict]:
             s, z = r["speedup_vs_fp32"], r["model_size_ratio_vs_fp32"]
             targets.append(
                 {
-                    "target": f"{_group_label(big)} int8 >= 4x faster than fp32 (timing-pass p50)",
+                    "target": f"{policy_label(big)} int8 >= 4x faster than fp32 (timing-pass p50)",
                     "value": f"{s:.2f}x" if s else "n/a",
                     "met": bool(s and s >= 4.0),
                 }
             )
             targets.append(
                 {
-                    "target": f"{_group_label(big)} int8 >= 3.9x smaller than fp32 (model bytes)",
+                    "target": f"{policy_label(big)} int8 >= 3.9x smaller than fp32 (model bytes)",
                     "value": f"{z:.2f}x" if z else "n/a",
                     "met": bool(z and z >= 3.9),
                 }
@@ -755,7 +719,7 @@ def build_targets(data: dict) -> list[dict]:
             pk = r["peak_rss_ratio_vs_fp32"]
             targets.append(
                 {
-                    "target": f"{_group_label(big)} int8 peak device RSS vs fp32 (reported, no target)",
+                    "target": f"{policy_label(big)} int8 peak device RSS vs fp32 (reported, no target)",
                     "value": f"{pk:.2f}x smaller" if pk else "n/a",
                     "met": None,
                 }
@@ -863,7 +827,7 @@ def md_results(data: dict) -> str:
             )
             ci = r["success_ci95"]
             out.append(
-                f"| {_group_label(r['group'])} | {r['precision']} | {_us(t.get('p50'))} / {_us(t.get('p99'))} ({_us(lo['p50'])} / {_us(lo['p99'])}) | "
+                f"| {policy_label(r['group'])} | {r['precision']} | {_us(t.get('p50'))} / {_us(t.get('p99'))} ({_us(lo['p50'])} / {_us(lo['p99'])}) | "
                 f"{r['actuation_hz']:,.0f} | {r['success_rate']:.1%} ({ci[0]:.1%}-{ci[1]:.1%}), {r['successes']}/{r['episodes']} | {pair} | "
                 f"{_x(r['speedup_vs_fp32'])} | {_mb(r['rss_bytes'])} / {_mb(r['peak_rss_bytes'])} | {_mb(r['model_rss_bytes'])} | "
                 f"{(r['model_bytes'] or 0) / 2**20:.2f} | {_x(r['peak_rss_ratio_vs_fp32'])} / {_x(r['model_rss_ratio_vs_fp32'])} |"
@@ -879,7 +843,7 @@ def md_seed(data: dict) -> str:
     out = [
         "## Beside the seed's Table 4",
         "",
-        f"Seed: {SEED_SOURCE} (success on Air Learning's arena). Ours: level `{level}`, device inference p50 from the timing pass "
+        f"Seed: {TABLE4.source} (success on Air Learning's arena). Ours: level `{level}`, device inference p50 from the timing pass "
         '(this machine unless run with --host), int8 = static int8; "predicted on Pi 3B (roofline)" only where the '
         "roofline check agreed within 2x.",
         "",
@@ -887,7 +851,7 @@ def md_seed(data: dict) -> str:
         "ours fp32 ms | ours fp32 success | ours int8 ms | ours int8 success | ours speed-up | predicted on Pi 3B (roofline) fp32 / int8 ms (speed-up) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for group, seed in SEED_TABLE.items():
+    for group, quarl in TABLE4.table.items():
         f = next((r for r in rows if r["group"] == group and r["level"] == level and r["precision"] == "fp32"), None)
         i = next((r for r in rows if r["group"] == group and r["level"] == level and r["precision"] == "int8"), None)
         if f is None or i is None:
@@ -904,8 +868,8 @@ def md_seed(data: dict) -> str:
 
         ft, it = (f["timing_inference_us"] or {}).get("p50"), (i["timing_inference_us"] or {}).get("p50")
         out.append(
-            f"| {seed['name']} | {seed['layers']} | {seed['fp32_ms']} | {seed['fp32_success']:.0%} | {seed['int8_ms']} | "
-            f"{seed['int8_success']:.0%} | {seed['speedup']}x | {_ms(ft / 1e6 if ft else None)} | {f['success_rate']:.1%} | "
+            f"| {quarl.name} | {quarl.layers} | {quarl.fp32_ms} | {quarl.fp32_success:.0%} | {quarl.int8_ms} | "
+            f"{quarl.int8_success:.0%} | {quarl.speedup}x | {_ms(ft / 1e6 if ft else None)} | {f['success_rate']:.1%} | "
             f"{_ms(it / 1e6 if it else None)} | {i['success_rate']:.1%} | {_x(i['speedup_vs_fp32'])} | {predicted} |"
         )
     return "\n".join(out) + "\n"
@@ -1050,7 +1014,7 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
             ax.errorbar(
                 xs, p50, yerr=[np.zeros(len(p50)), np.asarray(p99) - np.asarray(p50)], fmt="none", ecolor="k", capsize=2
             )
-    ax.set_xticks(range(len(names)), [_group_label(g) for g in names])
+    ax.set_xticks(range(len(names)), [policy_label(g) for g in names])
     ax.set_yscale("log")
     ax.set_ylabel("device inference, microseconds (bar p50, whisker p99)")
     ax.set_title("Device inference by policy and precision (timing pass)")
@@ -1066,7 +1030,7 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
             if len(s):
                 ax.plot(s[:, 0], s[:, 1] / 2**20, color=colors[prec], label=f"{prec} RSS")
                 ax.plot(s[:, 0], s[:, 2] / 2**20, color=colors[prec], linestyle="--", label=f"{prec} peak")
-        ax.set_title(f"{_group_label(group)} ({level0})")
+        ax.set_title(f"{policy_label(group)} ({level0})")
         ax.set_xlabel("seconds into the run")
         ax.set_ylabel("bridge memory (MiB)")
         ax.legend(fontsize=7)
@@ -1086,7 +1050,7 @@ def write_plots(out: Path, data: dict, groups: dict[str, list[Model]]) -> list[P
                 color=colors[r["precision"]],
                 capsize=3,
             )
-        ax.set_xticks(range(len(lr)), [f"{_group_label(r['group'])}\n{r['precision']}" for r in lr], fontsize=6)
+        ax.set_xticks(range(len(lr)), [f"{policy_label(r['group'])}\n{r['precision']}" for r in lr], fontsize=6)
         ax.set_ylabel("success %, Wilson 95% interval")
         ax.set_title(f"Success on {level}")
     paths.append(save_figure(fig, out / "success.png"))
