@@ -1,13 +1,15 @@
 """Post-training quantization of a policy ONNX file with onnxruntime.quantization.
 
 * ``int8``: static int8, weights and activations, ranges calibrated (MinMax) on observations from
-  seeded rollouts of the same policy. QOperator format (QGemm), per-tensor, signed int8 weights,
+  seeded rollouts of the same policy. QOperator format (QGemm), signed int8 weights in the scheme's
+  range (u8s7 by default: [-64, 64]), per output channel by default (``--no-per-channel``: per tensor),
   unsigned int8 activations. The first layer is split at the depth/state boundary first (exact fp32
   rewrite, quantize.split_input) so depth and state columns get their own scales. The last layer
-  (logits) stays fp32: quantizing it made exact top-2 ties on up to 4.7% of inputs (measured here
-  beforehand) at no speed gain.
-  Why QOperator and per-tensor: see docs/quantize.md (measured; QDQ and per-channel were slower here
-  and no more accurate).
+  (logits) stays fp32: quantized (``--quantize-logits``), it tied the two largest logits exactly on
+  0.26-3.05% of held-out observations of the five shipped policies and lowered agreement with fp32 by
+  0.2-1.1 points, for a batch-1 latency within 3% (``python scripts/logit_ties.py``; figures, machine and
+  versions in docs/quantize.md).
+  Why QOperator, u8s7 and per-channel: see docs/quantize.md.
 * ``int8-dynamic``: weights int8, activations quantized on the fly per call (the seed's TFLite
   "dynamic range" method, kept for comparison).
 * ``fp16``: weights and compute in fp16, inputs/outputs kept fp32 (the file halves; this CPU runs
