@@ -68,9 +68,9 @@ from airq_cli import (
 from deployment_study import memory_stage, roofline
 from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
+from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from hil.client import BridgeClient, BridgeError
 from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from hil.report import percentiles_us, read_run_log, save_figure
 from hil.run import CommandLineProgress, RunArgs, UserError

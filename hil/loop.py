@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from firmware_bridge.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from firmware_bridge.protocol import ErrorCode, sha256_hex
-from hil.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
 from nav_env.config import NavConfig

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 
 from airq_cli import json_text, write_atomic, write_json
 from hil.loop import LoopRecord
-from nav_env.render import figure_png, save_png
+from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
 
@@ -301,12 +302,55 @@ def write_report(
 ) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [write_json(out_dir / "report.json", report)]
+    cfg = _level_config(report)
     for run, rec in zip(runs, records):
         stem = Path(run["policy"]).stem
+        rows = {r["episode"]: r for r in run["episodes"]}
         for j, frame in rec.frames.items():
-            written.append(save_png(out_dir / f"trajectory_{stem}_ep{j}.png", frame))
+            path = out_dir / f"trajectory_{stem}_ep{j}.png"
+            drawn = _DRAWN.get(path)
+            if drawn is None or drawn() is not frame or not path.is_file():  # else: drawn by an earlier call
+                _trajectory_png(path, frame, cfg, report, run, rows.get(j))
+                _DRAWN[path] = weakref.ref(frame)
+            written.append(path)
     written += _plots(out_dir, runs, records)
     return written
+
+
+# trajectory PNGs written in this process, by the frame they show: hil.run calls write_report after each
+# policy, and a finished policy's frames (about half a second each to draw) need not be drawn again
+_DRAWN: dict[Path, weakref.ref] = {}
+
+
+def _level_config(report: dict[str, Any]):
+    """The level the run flew (its arena size and camera give the pictures their scale), or None."""
+    from nav_env.config import load_level
+
+    level = (report.get("args") or {}).get("level") or report.get("level")
+    try:
+        return load_level(level) if level else None
+    except Exception:  # a level file moved since: pictures without a scale bar, not no report
+        return None
+
+
+def _trajectory_png(
+    path: Path, frame: np.ndarray, cfg, report: dict[str, Any], run: dict[str, Any], row: dict[str, Any] | None
+) -> Path:
+    """One episode's last frame with a title (policy, episode, outcome), legend, scale bar and labelled depth."""
+    from nav_env.render import episode_title, save_episode_png
+
+    row = row or {}
+    stem = Path(run["policy"]).stem
+    title = episode_title(stem, row.get("outcome"), row.get("steps"), row.get("episode"), row.get("seed"))
+    subtitle = f"{run['policy']} in the closed loop, level {report.get('level')}"
+    if row.get("path_length") is not None:
+        subtitle += (
+            f"; path flown {row['path_length']:.1f} m, start to goal {row['start_distance']:.1f} m in a straight line"
+        )
+    return save_episode_png(path, frame, cfg, title, subtitle, row.get("outcome"))
+
+
+MIB = 2**20
 
 
 def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> list[Path]:
@@ -315,40 +359,91 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r, rec in zip(runs, records):
-        rtt = np.asarray(rec.rtt_ns) / 1e3
-        hi = np.percentile(rtt, 99.5) if len(rtt) else 1
-        ax.hist(np.clip(rtt, 0, hi), bins=80, histtype="step", label=f"{_short(r['policy'])} round trip")
+    return [_latency_plot(plt, out_dir, runs, records), _memory_plot(plt, out_dir, runs)]
+
+
+def _latency_plot(plt, out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> Path:
+    """Round trip and device inference per act, every policy, on log-spaced bins (the tail stays visible
+    without squeezing the peaks); p50/p99 in the legend, which sits below the axes."""
+    fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
+    series = []
+    for k, (r, rec) in enumerate(zip(runs, records)):
+        color = f"C{k}"
+        series.append((r, "round trip (host send to reply)", np.asarray(rec.rtt_ns) / 1e3, color, "-"))
+        series.append((r, "device inference", np.asarray(rec.infer_ns) / 1e3, color, "--"))
+    values = np.concatenate([v for *_, v, _, _ in series if len(v)] or [np.ones(1)])
+    positive = values[values > 0]
+    lo = max(float(positive.min()) if len(positive) else 1.0, 0.1)
+    hi = max(float(values.max()), lo * 10)
+    bins = np.geomspace(lo * 0.95, hi * 1.05, 80)
+    for r, what, v, color, style in series:
+        if not len(v):
+            continue
+        p50, p99 = np.percentile(v, [50, 99])
         ax.hist(
-            np.clip(np.asarray(rec.infer_ns) / 1e3, 0, hi),
-            bins=80,
+            np.clip(v, bins[0], bins[-1]),
+            bins=bins,
             histtype="step",
-            linestyle="--",
-            label=f"{_short(r['policy'])} device inference",
+            color=color,
+            linestyle=style,
+            linewidth=1.6 if style == "-" else 1.3,
+            label=f"{_short(r['policy'])} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
         )
-    ax.set_xlabel("microseconds (clipped at p99.5)")
-    ax.set_ylabel("acts")
-    ax.set_title("Closed-loop latency")
-    ax.legend(fontsize=7)
-    paths.append(save_figure(fig, out_dir / "latency_histogram.png"))
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in runs:
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per act (µs, log scale)")
+    ax.set_ylabel("acts per bin (bins equal on the log scale)")
+    ax.set_title("Closed-loop latency per act (µs): round trip and device inference")
+    ax.grid(True, which="major", alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=1, fontsize=8, frameon=False)
+    return save_figure(fig, out_dir / "latency_histogram.png")
+
+
+def _memory_plot(plt, out_dir: Path, runs: list[dict[str, Any]]) -> Path:
+    """The bridge's memory: on a linear axis from zero (the magnitudes compare), and, below, the growth
+    above each run's first sample (where MiB-sized changes show). RSS solid with markers, peak RSS
+    dashed and wider underneath; the numbers in the legend, which sits below the axes."""
+    fig, (ax, growth) = plt.subplots(2, 1, figsize=(9, 7.2), sharex=True, height_ratios=(3, 2), layout="constrained")
+    top = 0.0
+    for k, r in enumerate(runs):
         s = np.asarray(r["device_memory"]["samples"], dtype=float)
-        if len(s):
-            ax.plot(s[:, 0], s[:, 1] / 2**20, label=f"{_short(r['policy'])} RSS")
-            ax.plot(s[:, 0], s[:, 2] / 2**20, linestyle="--", label=f"{_short(r['policy'])} peak")
-    ax.set_xlabel("seconds into the run")
-    ax.set_ylabel("device memory (MiB)")
-    ax.set_title("Bridge process memory over time")
-    ax.legend(fontsize=7)
-    paths.append(save_figure(fig, out_dir / "memory_over_time.png"))
-    plt.close("all")
-    return paths
+        if not len(s):
+            continue
+        color, name = f"C{k}", _short(r["policy"])
+        t, rss, peak = s[:, 0], s[:, 1] / MIB, s[:, 2] / MIB
+        same = bool(np.allclose(rss, peak))
+        peak_label = f"{name} peak RSS: {peak.max():.1f} MiB" + (" (equal to RSS at every sample)" if same else "")
+        for a, base in ((ax, 0.0), (growth, rss[0])):
+            a.plot(t, peak - base, color=color, linestyle="--", linewidth=4, alpha=0.35, zorder=2)
+            a.plot(t, rss - base, color=color, linestyle="-", linewidth=1.5, marker="o", markersize=3.5, zorder=3)
+        ax.plot(
+            [],
+            [],
+            color=color,
+            linestyle="-",
+            linewidth=1.5,
+            marker="o",
+            markersize=3.5,
+            label=f"{name} RSS: {rss[0]:.1f} MiB at the start, {rss[-1]:.1f} MiB at the end "
+            f"({rss[-1] - rss[0]:+.1f} MiB)",
+        )
+        ax.plot([], [], color=color, linestyle="--", linewidth=4, alpha=0.35, label=peak_label)
+        top = max(top, peak.max())
+    ax.set_ylim(0, top * 1.12 if top else 1)
+    ax.set_ylabel("memory (MiB)")
+    ax.set_title("Bridge process memory while each policy runs (MiB, 1 MiB = 2^20 bytes)")
+    ax.grid(True, alpha=0.3)
+    growth.axhline(0, color="0.5", linewidth=0.8)
+    growth.set_ylabel("growth since the\nfirst sample (MiB)")
+    growth.set_title("The same, as growth above each run's first sample (note the finer scale)", fontsize=10)
+    growth.set_xlabel("seconds into the policy's run")
+    growth.grid(True, alpha=0.3)
+    fig.legend(loc="outside lower center", ncol=1, fontsize=8, frameon=False)
+    return save_figure(fig, out_dir / "memory_over_time.png")
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Lay the figure out and write it as a PNG, atomically."""
-    fig.tight_layout()
+    """Lay the figure out (tight_layout, unless it has a layout engine of its own) and write it as a PNG,
+    atomically."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     return write_atomic(path, figure_png(fig))

@@ -37,11 +37,11 @@ from airq_cli import (
     error_line,
     output_dir,
 )
+from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.protocol import sha256_hex
-from hil.client import BridgeClient, BridgeError
 from hil.loop import MAX_OUTAGE_S, ControlLink, Event, LoopRecord, PolicyUpload, default_deadline_s, run_closed_loop
 from hil.profiles import DeviceProfile, ProfileError, get_profile
 from hil.report import (

@@ -1,4 +1,4 @@
-"""firmware_bridge.client.BridgeClient (re-exported as hil.client) against the real bridge subprocess, and against scripted real ZeroMQ peers."""
+"""firmware_bridge.client.BridgeClient (the one protocol client: the loop, the bench, the launcher) against the real bridge subprocess, and against scripted real ZeroMQ peers."""
 
 from __future__ import annotations
 
@@ -402,13 +402,3 @@ def test_no_spinning_while_acts_take_longer_than_the_spin() -> None:
     finally:
         stop.set()
         thread.join()
-
-
-def test_hil_client_re_exports_the_one_client() -> None:
-    """hil.client is only a re-export of firmware_bridge.client (issue 15: one protocol client)."""
-    import firmware_bridge.client
-    import hil.client
-
-    for name in hil.client.__all__:
-        assert getattr(hil.client, name) is getattr(firmware_bridge.client, name), name
-    assert {n for n in vars(hil.client) if not n.startswith("_")} == set(hil.client.__all__)
