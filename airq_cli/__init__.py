@@ -31,6 +31,7 @@ from airq_cli.contract import (
 from airq_cli.files import MISSING, json_text, jsonable, shown, write_atomic, write_json
 from airq_cli.parser import ArgumentParser, HelpFormatter, defaults_from
 from airq_cli.paths import check_output_dir, check_output_file, file_mode, output_dir, output_file
+from airq_cli.progress import Progress, progress
 
 __all__ = [
     "EXIT_OK",
@@ -55,4 +56,6 @@ __all__ = [
     "shown",
     "write_atomic",
     "write_json",
+    "Progress",
+    "progress",
 ]

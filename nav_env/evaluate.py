@@ -13,19 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
+from airq_cli import ArgumentParser, UserError, output_dir, progress, run, write_json
 from nav_env.baselines import BASELINES
 from nav_env.config import load_level
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
-
-
-def progress(iterable, total: int, desc: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # nav_env runs without tqdm
-        return iterable
-    return tqdm(iterable, total=total, desc=desc, unit="ep", file=sys.stderr, leave=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         policy = BASELINES[name](cfg)
         t0 = time.perf_counter()
         results = list(
-            progress(run_episodes(policy, cfg, args.episodes, args.seed, args.num_envs), args.episodes, name)
+            # a bar on a terminal, a line per tenth of the episodes otherwise (a pipe, a log)
+            progress(run_episodes(policy, cfg, args.episodes, args.seed, args.num_envs), args.episodes, name, unit="ep")
         )
         summary = summarize(results)
         summary["wall_s"] = time.perf_counter() - t0

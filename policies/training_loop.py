@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from airq_cli import write_json
+from airq_cli import Progress, write_json
 from nav_env.rollout import run_episodes, summarize
 from policies.actor import actor_from_model, algo_class, torch_policy_fn
 from policies.config import TrainConfig
@@ -52,7 +51,7 @@ class RunCallback(BaseCallback):
         self.cfg, self.run_dir, self.state, self.metrics = cfg, run_dir, state, metrics
         self.t_start = time.perf_counter()
         self.wall_before = float(state.get("train_wall_s", 0.0))
-        self.bar = None
+        self.bar: Progress | None = None
         self._last_bar = 0.0
         self._bar_steps = 0
 
@@ -69,28 +68,28 @@ class RunCallback(BaseCallback):
         self.next_ckpt = (self.num_timesteps // self.cfg.checkpoint_every + 1) * self.cfg.checkpoint_every
         self._bar_steps = self.num_timesteps
         if self.cfg.progress:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=self.cfg.steps,
+            # a bar on a terminal; a plain line per tenth of the steps otherwise (a pipe, a log file)
+            self.bar = Progress(
+                self.cfg.steps,
+                f"{self.cfg.policy} {self.cfg.algo}",
+                unit="steps",
                 initial=self.num_timesteps,
-                unit="step",
                 unit_scale=True,
-                file=sys.stderr,
                 dynamic_ncols=True,
                 mininterval=1.0,
+                leave=True,
             )
 
     def _on_step(self) -> bool:
         now = time.perf_counter()
         if self.bar is not None and now - self._last_bar > 1.0:
-            self.bar.update(self.num_timesteps - self._bar_steps)
-            self._bar_steps = self.num_timesteps
             ts = self.train_success()
             zone = self.training_env.curriculum_zone
-            self.bar.set_postfix_str(
-                f"train success {ts:.0%} zone {'all' if zone < 0 else zone}" if ts is not None else ""
+            self.bar.update(
+                self.num_timesteps - self._bar_steps,
+                postfix=f"train success {ts:.0%} zone {'all' if zone < 0 else zone}" if ts is not None else "",
             )
+            self._bar_steps = self.num_timesteps
             self._last_bar = now
         if self.num_timesteps >= self.next_eval:
             self.evaluate()
