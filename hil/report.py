@@ -389,7 +389,12 @@ def _latency_plot(plt, out_dir: Path, runs: list[dict[str, Any]], records: list[
             linewidth=1.6 if style == "-" else 1.3,
             label=f"{_short(r['policy'])} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
         )
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("latency per act (µs, log scale)")
     ax.set_ylabel("acts per bin (bins equal on the log scale)")
     ax.set_title("Closed-loop latency per act (µs): round trip and device inference")
