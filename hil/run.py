@@ -32,6 +32,7 @@ from airq_cli import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     ArgumentParser,
+    Progress,
     UserError,
     defaults_from,
     error_line,
@@ -125,7 +126,7 @@ class RunResult:
         return self.out_dir / RUN_LOG
 
 
-class Progress:
+class RunProgress:
     """Where :func:`run` reports as it goes; the default says nothing (a library prints nothing).
     The command line passes one that draws a bar on a terminal and plain lines otherwise."""
 
@@ -329,12 +330,12 @@ class Device:
             self.process.close()
 
 
-def run(args: RunArgs, *, command: str, progress: Progress | None = None) -> RunResult:
+def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> RunResult:
     """Fly every policy of ``args`` over the same seeded episodes and write OUT/report.json (+ figures),
     logging each episode to OUT/run.jsonl as it ends. ``command`` is what the report records as the
     command that produced it (the CLI passes what the user typed; a study passes ``args.command_line()``).
     Prints nothing; raises UserError for bad arguments, BridgeError/BridgeStartError when the device fails."""
-    progress = progress or Progress()
+    progress = progress or RunProgress()
     notes: list[str] = []
 
     def note(text: str) -> None:
@@ -539,7 +540,7 @@ def _fly_policy(
     todo: list[int],
     deadline_s: float,
     report: dict,
-    progress: Progress,
+    progress: RunProgress,
 ) -> tuple[LoopRecord, dict[str, Any]]:
     """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
     with (device := Device(args, profile)) as client:
@@ -604,7 +605,7 @@ def _fly_policy(
     return rec, load
 
 
-def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None, progress: Progress) -> None:
+def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None, progress: RunProgress) -> None:
     """A policy whose int8 scheme the device's kernels do not compute exactly: say so, keep it in the report."""
     from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
 
@@ -636,45 +637,26 @@ def _header(report: dict) -> str:
     )
 
 
-class CommandLineProgress(Progress):
-    """hil.run's own: a bar on a terminal; otherwise (a pipe, a log file) a plain line per tenth of a policy's
-    episodes, so ``make demo | cat`` is readable. Notes and warnings go to stderr as they happen."""
+class CommandLineProgress(RunProgress):
+    """hil.run's own (airq_cli.Progress): a bar on a terminal; otherwise (a pipe, a log file) a plain line per
+    tenth of a policy's episodes, so ``make demo | cat`` is readable. Notes and warnings go to stderr at once."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
-        self.terminal = sys.stderr.isatty()
-        self._bar: Any = None
-        self._name, self._total, self._done, self._next_line = "", 0, 0, 0
+        self._bar: Progress | None = None
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     def policy_started(self, path: str, episodes: int) -> None:
-        self._name, self._total, self._done = Path(path).name, episodes, 0
-        self._next_line = max(1, episodes // 10)
-        if self.quiet or not self.terminal:
-            return
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=episodes, desc=self._name, unit="ep", file=sys.stderr, leave=False)
+        self._bar = Progress(episodes, Path(path).name, unit="ep", quiet=self.quiet)
 
     def episode_done(self, record: LoopRecord) -> None:
-        self._done += 1
-        if self.quiet:
+        if self._bar is None:
             return
-        n = len(record.episodes)
         hz = len(record.rtt_ns) / max(record.loop_s, 1e-9)
-        success = sum(e.success for e in record.episodes) / n
-        if self._bar is not None:
-            self._bar.set_postfix(hz=f"{hz:,.0f}", success=f"{success:.0%}")
-            self._bar.update(1)
-        elif self._done >= self._next_line or self._done == self._total:
-            self._next_line = self._done + max(1, self._total // 10)
-            print(
-                f"{self._name}: {self._done}/{self._total} episodes, {hz:,.0f} Hz, success {success:.0%}",
-                file=sys.stderr,
-                flush=True,
-            )
+        success = sum(e.success for e in record.episodes) / max(len(record.episodes), 1)
+        self._bar.update(1, postfix=f"{hz:,.0f} Hz, success {success:.0%}")
 
     def policy_ended(self) -> None:
         if self._bar is not None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.run import Progress, RunArgs, RunResult, parse_args, run
+from hil.run import RunArgs, RunProgress, RunResult, parse_args, run
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def policy(tmp_path_factory):
     return path
 
 
-class Recorder(Progress):
+class Recorder(RunProgress):
     def __init__(self):
         self.events = []
 
@@ -103,5 +103,5 @@ def test_progress_is_plain_lines_off_a_terminal(policy, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.startswith("small.onnx:")]
-    assert len(lines) == 10 and lines[-1].startswith("small.onnx: 20/20 episodes"), r.stderr
+    assert len(lines) == 10 and lines[-1].startswith("small.onnx: 20/20 ep (100%)"), r.stderr
     assert "\r" not in r.stderr and "it/s" not in r.stderr and "ep/s" not in r.stderr
