@@ -7,6 +7,7 @@ same code with the same per-env generator, so equal seeds give equal episodes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,9 +199,9 @@ def make_episode(
     start: tuple[float, float],
     goal: tuple[float, float],
     yaw: float = 0.0,
-    cylinders: list[tuple[float, float, float]] = (),
-    boxes: list[tuple[float, float, float, float]] = (),
-    moving: list[tuple[float, float, float, float, float]] = (),
+    cylinders: Sequence[tuple[float, float, float]] = (),
+    boxes: Sequence[tuple[float, float, float, float]] = (),
+    moving: Sequence[tuple[float, float, float, float, float]] = (),
     zone: int = 0,
     noise_key: int = 0,
 ) -> Episode:
@@ -218,8 +219,8 @@ def make_episode(
     cyl[:, 0:2] = FAR
     for i, c in enumerate(cylinders):
         cyl[i, :3] = c
-    for i, c in enumerate(moving):
-        cyl[n_static_slots + i] = c
+    for i, m in enumerate(moving):
+        cyl[n_static_slots + i] = m
     box = np.full((kb, 4), FAR)
     for i, b in enumerate(boxes):
         box[i] = b

@@ -68,7 +68,7 @@ def choose_zone(options: dict, cfg: NavConfig, curriculum: ZoneCurriculum) -> in
         raise ValueError(f"options['zone'] must be an integer in [0, {n_zones}), got {zone!r}")
     if zone is None and cfg.curriculum.enabled:
         zone = curriculum.zone
-    return zone
+    return None if zone is None else int(zone)  # a numpy integer from options comes back as an int
 
 
 class ZoneCurriculum:

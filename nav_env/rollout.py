@@ -33,7 +33,7 @@ class EpisodeResult:
         return self.outcome == "success"
 
 
-def episode_outcome(info: dict, i: int | None = None) -> str:
+def episode_outcome(info: dict, i: int | np.integer | None = None) -> str:
     """How an episode ended, from the env's final ``info`` (a vector env's with the env's index ``i``):
     "success" (reached the goal), "collision" or "timeout" (truncated)."""
     success, collision = (

@@ -56,7 +56,7 @@ class BatchSim:
         self._ws: _Workspace | None = None
 
     # ------------------------------------------------------------------ episodes
-    def load(self, idx: Sequence[int], episodes: Sequence[Episode]) -> None:
+    def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
         for i, ep in zip(idx, episodes):
             self.pos[i] = ep.start
             self.vel[i] = 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 from scipy.stats import binomtest
 
 Z95 = 1.959963984540054
@@ -65,7 +66,7 @@ def newcombe_paired_interval(
     return (max(-1.0, low), min(1.0, high))
 
 
-def paired_difference(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict[str, float]:
+def paired_difference(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = CONFIDENCE) -> dict[str, float]:
     """Success-rate difference b - a over the same episodes: Newcombe's paired interval and
     McNemar's exact p. `only_first` counts episodes only `a` solved, `only_second` only `b`."""
     a, b = np.asarray(a, bool), np.asarray(b, bool)

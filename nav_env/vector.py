@@ -81,8 +81,9 @@ class NavVectorEnv(VectorEnv):
                 raise ValueError(f"seed list must have {self.num_envs} entries, got {len(seeds)}")
         idx = np.flatnonzero(mask)
         for i in idx:
-            if seeds[i] is not None:
-                self._rngs[i] = seeding.np_random(int(seeds[i]))[0]
+            env_seed = seeds[i]
+            if env_seed is not None:
+                self._rngs[i] = seeding.np_random(int(env_seed))[0]
         self._reset_envs(idx, options.get("zone"))
         self._ready = True
         obs = self.sim.observe()

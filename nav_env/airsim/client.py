@@ -94,7 +94,7 @@ class ClientThread:
     def __init__(self, module, host: str, port: int, rpc_timeout_s: float):
         self.module, self.host, self.port = module, host, port
         self.rpc_timeout_s = rpc_timeout_s
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airsim-client")
+        self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airsim-client")
         self._client = None
         self._errors = rpc_errors()
         timeout = max(1, int(math.ceil(rpc_timeout_s)))  # msgpackrpc counts whole seconds

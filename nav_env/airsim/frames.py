@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 
@@ -19,16 +20,18 @@ from nav_env.config import NavConfig
 
 FLIP = np.array([1.0, -1.0, -1.0])  # arena <-> NED axes (its own inverse)
 
+Vector: TypeAlias = Sequence[float] | np.ndarray  # a point or velocity: a list, a tuple or an array of 3
 
-def arena_to_ned(p: Sequence[float], origin: Sequence[float]) -> np.ndarray:
+
+def arena_to_ned(p: Vector, origin: Vector) -> np.ndarray:
     return np.asarray(origin, float) + FLIP * np.asarray(p, float)
 
 
-def ned_to_arena(p: Sequence[float], origin: Sequence[float]) -> np.ndarray:
+def ned_to_arena(p: Vector, origin: Vector) -> np.ndarray:
     return FLIP * (np.asarray(p, float) - np.asarray(origin, float))
 
 
-def vel_arena_to_ned(v: Sequence[float]) -> np.ndarray:
+def vel_arena_to_ned(v: Vector) -> np.ndarray:
     return FLIP * np.asarray(v, float)
 
 
@@ -47,14 +50,14 @@ def arena_yaw_from_ned_quaternion(w: float, x: float, y: float, z: float) -> flo
     return math.remainder(-yaw_ned, 2 * math.pi)
 
 
-def body_to_world(cmd: Sequence[float], yaw: float) -> np.ndarray:
+def body_to_world(cmd: Vector, yaw: float) -> np.ndarray:
     """Body-frame [vx, vy, vz] (forward, left, up) at arena yaw ``yaw`` -> arena-frame velocity;
     the same rotation as ``BatchSim.step``."""
     c, s = math.cos(yaw), math.sin(yaw)
     return np.array([c * cmd[0] - s * cmd[1], s * cmd[0] + c * cmd[1], cmd[2]])
 
 
-def world_to_body(v: Sequence[float], yaw: float) -> np.ndarray:
+def world_to_body(v: Vector, yaw: float) -> np.ndarray:
     c, s = math.cos(yaw), math.sin(yaw)
     return np.array([c * v[0] + s * v[1], -s * v[0] + c * v[1], v[2]])
 
