@@ -34,16 +34,23 @@ import argparse
 import mmap
 import os
 import platform
+import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from airq_cli import EXIT_USAGE, ArgumentParser, UserError, defaults_from, output_dir, run
+from airq_cli import EXIT_USAGE, ArgumentParser, UserError, defaults_from, output_dir, run, shown
+from deployment_study.records import known_fields
+
+if TYPE_CHECKING:
+    from device_emulation.memlimit import MemoryCgroup
+    from nav_env.config import NavConfig
 
 USAGE_EXIT = EXIT_USAGE  # the name this module used
 MB = 1024 * 1024
@@ -79,6 +86,183 @@ class MemfitConfig:
     make_swap: bool = True  # create a swap file when none is active
     sample_period_s: float = 0.25
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemfitConfig:
+        """The config as memfit.json records it (paths as text, the camera as a list)."""
+        values = known_fields(cls, data)
+        values["models"] = [Path(m) for m in values.get("models") or []]
+        if "out_dir" in values:
+            values["out_dir"] = Path(values["out_dir"])
+        if values.get("camera") is not None:
+            values["camera"] = (int(values["camera"][0]), int(values["camera"][1]))
+        return cls(**values)
+
+
+# ---------------------------------------------------------------------------------------------- results
+@dataclass
+class Ratios:
+    """A constrained run against the same model's unconstrained one: constrained / unconstrained
+    (None where either side lacks the figure)."""
+
+    infer_p50_ms: float | None = None
+    infer_p99_ms: float | None = None
+    rtt_p50_ms: float | None = None
+    load_s: float | None = None
+    loop_hz: float | None = None
+    peak_rss: float | None = None  # peak RSS bytes
+
+
+@dataclass(frozen=True)
+class BridgeSample:
+    """The bridge's own memory figures at one status reply while flying."""
+
+    t_s: float  # seconds since the policy was loaded
+    rss_bytes: int
+    peak_rss_bytes: int
+
+
+@dataclass
+class MemfitRow:
+    """One model under one condition (unconstrained, or one RAM limit): did it load, how fast did it fly,
+    how much memory and swap did it take. A run that could not be made here has ``skipped`` set to the
+    reason; one that did not load has ``loaded`` False; one that failed while flying ``flown`` False."""
+
+    model: str  # the ONNX file
+    name: str  # its file name
+    condition: str  # "unconstrained" or "constrained"
+    memory_limit_mb: int | None = None  # constrained: the cgroup's RAM limit
+    swap_limit_mb: int | None = None  # constrained: the swap it may use
+    skipped: str | None = None
+    model_bytes: int | None = None
+    camera: str | None = None  # HxW the model flies at
+    obs_dim: int | None = None
+    cgroup: dict[str, Any] | None = None  # device_emulation.memlimit's description of the run's cgroup
+    loaded: bool = False
+    load_s: float | None = None  # bridge start to its first answer
+    exit_code: int | None = None  # the bridge's
+    error: str | None = None
+    bridge_pid: int | None = None
+    policy_load_s: float | None = None  # the bridge's own load time (its hello)
+    policy_rss_delta_bytes: int | None = None  # RSS growth on loading the policy (its hello)
+    rss_after_load_bytes: int | None = None
+    peak_rss_after_load_bytes: int | None = None
+    time_budget_hit: bool = False  # episodes stopped early: the run's time budget was spent
+    fly_s: float | None = None
+    flown: bool = False
+    episodes: int | None = None
+    steps: int | None = None
+    success: int | None = None  # episodes that succeeded
+    success_rate: float | None = None
+    success_ci95: list[float] | None = None  # Wilson
+    outcomes: list[str] | None = None
+    infer_p50_ms: float | None = None  # device inference
+    infer_p99_ms: float | None = None
+    infer_max_ms: float | None = None
+    rtt_p50_ms: float | None = None  # round trip of an act
+    rtt_p99_ms: float | None = None
+    loop_hz: float | None = None  # acts per second of flying
+    acts_over_control_deadline: float | None = None  # share of acts slower than CONTROL_DEADLINE_MS
+    deadline_misses: int | None = None
+    rss_bytes: int | None = None  # the bridge's at the end
+    peak_rss_bytes: int | None = None
+    rss_min_flying_bytes: int | None = None
+    rss_max_flying_bytes: int | None = None
+    # the cgroup's figures over the run (with a cgroup)
+    cgroup_peak_bytes: int | None = None
+    cgroup_usage_max_bytes: int | None = None
+    swap_max_bytes: int | None = None
+    major_faults: int | None = None  # the whole run
+    major_faults_load: int | None = None  # until the policy was loaded
+    oom_kills: int | None = None
+    limit_hits: int | None = None
+    source_sha256: str | None = None  # what the model was made from (its metadata)
+    vs_unconstrained: Ratios | None = None  # constrained runs: against the same model unconstrained
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemfitRow:
+        return cls(**cls._values(data))
+
+    @classmethod
+    def _values(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        values = known_fields(cls, data)
+        if values.get("vs_unconstrained") is not None:
+            values["vs_unconstrained"] = Ratios(**known_fields(Ratios, values["vs_unconstrained"]))
+        return values
+
+    def summary_fields(self) -> dict[str, Any]:
+        """This row's MemfitRow fields (without the time series of a MemfitRun)."""
+        return {f.name: getattr(self, f.name) for f in fields(MemfitRow)}
+
+
+@dataclass
+class MemfitRun(MemfitRow):
+    """A row with the run's time series, as memfit.json keeps it."""
+
+    cgroup_samples: list[dict[str, Any]] | None = None  # device_emulation.memlimit.CgroupSampler's samples
+    bridge_memory: list[BridgeSample] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemfitRun:
+        values = cls._values(data)
+        if values.get("bridge_memory") is not None:
+            values["bridge_memory"] = [BridgeSample(**known_fields(BridgeSample, x)) for x in values["bridge_memory"]]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """The machine a memfit run measured on."""
+
+    cpu: str | None
+    cores: int | None
+    ram_mb: int
+    kernel: str
+    python: str
+    load_avg: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class CgroupInfo:
+    available: bool
+    version: str | None  # "v1", "v2"; None: no memory cgroup here
+    detail: str  # what is used, or why none
+
+
+@dataclass
+class SwapInfo:
+    requested_mb: int  # the most swap a limit asks for
+    active_before_bytes: int  # swap active when the run started
+    created_mb: int = 0  # a swap file made for the run (removed after)
+    active_during_bytes: int | None = None
+
+
+@dataclass
+class MemfitResult:
+    """memfit.json: how the runs were made, and one row per model and condition."""
+
+    command: str | None  # the command line that ran it (None: called as a library)
+    date_utc: str
+    wall_s: float
+    machine: HostInfo
+    cgroup: CgroupInfo
+    swap: SwapInfo
+    config: MemfitConfig
+    emulated: str
+    not_emulated: str
+    limits: list[tuple[int, int]]  # (RAM MB, swap MB) of each constrained run
+    rows: list[MemfitRun]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemfitResult:
+        values = known_fields(cls, data)
+        values["machine"] = HostInfo(**known_fields(HostInfo, values["machine"]))
+        values["cgroup"] = CgroupInfo(**known_fields(CgroupInfo, values["cgroup"]))
+        values["swap"] = SwapInfo(**known_fields(SwapInfo, values["swap"]))
+        values["config"] = MemfitConfig.from_dict(values["config"])
+        values["limits"] = [(int(m), int(sw)) for m, sw in values["limits"]]
+        values["rows"] = [MemfitRun.from_dict(r) for r in values["rows"]]
+        return cls(**values)
 
 
 # ---------------------------------------------------------------------------------------------- input
@@ -215,27 +399,33 @@ class _Budget(Exception):
 
 
 def _fly_one(
-    c: MemfitConfig, path: Path, cfg, condition: str, cgroup, memory_mb: int | None = None, swap_mb: int | None = None
-) -> dict[str, Any]:
+    c: MemfitConfig,
+    path: Path,
+    cfg: NavConfig,
+    condition: str,
+    cgroup: MemoryCgroup | None,
+    memory_mb: int | None = None,
+    swap_mb: int | None = None,
+) -> MemfitRun:
     """Start the bridge for ``path`` (in ``cgroup`` if given), fly the episodes, return the row."""
     from device_emulation.memlimit import CgroupSampler
+    from firmware_bridge.client import BridgeClient, BridgeError
     from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-    from hil.client import BridgeClient, BridgeError
     from hil.loop import ControlLink, default_deadline_s, run_closed_loop
     from nav_env.backends import make_env
     from nav_env.stats import wilson_interval
 
-    row: dict[str, Any] = {
-        "model": str(path),
-        "name": path.name,
-        "condition": condition,
-        "memory_limit_mb": memory_mb if condition == "constrained" else None,
-        "swap_limit_mb": swap_mb if condition == "constrained" else None,
-        "model_bytes": path.stat().st_size,
-        "camera": f"{cfg.camera.height}x{cfg.camera.width}",
-        "obs_dim": cfg.obs_dim,
-        "cgroup": cgroup.describe() if cgroup else None,
-    }
+    row = MemfitRun(
+        model=str(path),
+        name=path.name,
+        condition=condition,
+        memory_limit_mb=memory_mb if condition == "constrained" else None,
+        swap_limit_mb=swap_mb if condition == "constrained" else None,
+        model_bytes=path.stat().st_size,
+        camera=f"{cfg.camera.height}x{cfg.camera.width}",
+        obs_dim=cfg.obs_dim,
+        cgroup=cgroup.describe() if cgroup else None,
+    )
     sampler = CgroupSampler(cgroup, c.sample_period_s).start() if cgroup else None
     bridge = BridgeProcess(
         ["--policy", str(path), "--threads", str(c.threads), "--actuator", "mock", "--log-level", "warning"],
@@ -247,31 +437,29 @@ def _fly_one(
     bridge.args = prefix + bridge.args
     t0 = time.monotonic()
     client = None
+    exit_seen = False
     try:
         try:
             bridge.start()
         except BridgeStartError as e:
-            row.update(
-                loaded=False,
-                load_s=time.monotonic() - t0,
-                exit_code=bridge.process.returncode if bridge.process else None,
-                error=str(e).splitlines()[0][:300],
-            )
+            row.loaded = False
+            row.load_s = time.monotonic() - t0
+            row.exit_code = bridge.process.returncode if bridge.process else None
+            exit_seen = True
+            row.error = str(e).splitlines()[0][:300]
             return row
-        row["load_s"] = time.monotonic() - t0
+        row.load_s = time.monotonic() - t0
         if sampler:
             sampler.sample("loaded")
         client = BridgeClient(bridge.endpoint, timeout_s=c.request_timeout_s, retries=1)
         hello = client.hello()
         policy = hello.get("policy") or {}
-        row.update(
-            loaded=True,
-            bridge_pid=bridge.pid,
-            policy_load_s=(policy.get("load_time_ns") or 0) / 1e9,
-            policy_rss_delta_bytes=policy.get("rss_delta_bytes"),
-        )
+        row.loaded = True
+        row.bridge_pid = bridge.pid
+        row.policy_load_s = (policy.get("load_time_ns") or 0) / 1e9
+        row.policy_rss_delta_bytes = policy.get("rss_delta_bytes")
         status0 = client.status()
-        row["rss_after_load_bytes"], row["peak_rss_after_load_bytes"] = (
+        row.rss_after_load_bytes, row.peak_rss_after_load_bytes = (
             status0.get("rss_bytes"),
             status0.get("peak_rss_bytes"),
         )
@@ -302,92 +490,89 @@ def _fly_one(
                 link=link,
                 on_episode=on_episode,
             )
-            row["time_budget_hit"] = False
+            row.time_budget_hit = False
         except _Budget:
             rec = holder["rec"]
             rec.status_end = client.status()
-            row["time_budget_hit"] = True
+            row.time_budget_hit = True
         except BridgeError as e:
-            row.update(
-                flown=False,
-                error=f"{type(e).__name__}: {str(e)[:300]}",
-                exit_code=bridge.process.poll() if bridge.process else None,
-            )
+            row.flown = False
+            row.error = f"{type(e).__name__}: {str(e)[:300]}"
+            row.exit_code = bridge.process.poll() if bridge.process else None
+            exit_seen = True
             return row
-        row["fly_s"] = time.monotonic() - t_fly
+        row.fly_s = time.monotonic() - t_fly
         infer_ms = [n / 1e6 for n in rec.infer_ns]
         rtt_ms = [n / 1e6 for n in rec.rtt_ns]
         steps = sum(e.steps for e in rec.episodes)
         k = sum(e.success for e in rec.episodes)
         rss = [m[1] for m in rec.memory]
-        row.update(
-            flown=True,
-            episodes=len(rec.episodes),
-            steps=steps,
-            success=k,
-            success_rate=k / len(rec.episodes),
-            success_ci95=list(wilson_interval(k, len(rec.episodes))),
-            outcomes=[e.outcome for e in rec.episodes],
-            infer_p50_ms=_pct(infer_ms, 50),
-            infer_p99_ms=_pct(infer_ms, 99),
-            infer_max_ms=max(infer_ms) if infer_ms else None,
-            rtt_p50_ms=_pct(rtt_ms, 50),
-            rtt_p99_ms=_pct(rtt_ms, 99),
-            loop_hz=steps / rec.loop_s if rec.loop_s else None,
-            acts_over_control_deadline=float(np.mean(np.array(rtt_ms) > CONTROL_DEADLINE_MS)) if rtt_ms else None,
-            deadline_misses=rec.deadline_misses,
-            rss_bytes=rec.status_end.get("rss_bytes"),
-            peak_rss_bytes=rec.status_end.get("peak_rss_bytes"),
-            rss_min_flying_bytes=min(rss) if rss else None,
-            rss_max_flying_bytes=max(rss) if rss else None,
-            bridge_memory=[{"t_s": t, "rss_bytes": r, "peak_rss_bytes": p} for t, r, p in rec.memory],
-        )
+        row.flown = True
+        row.episodes = len(rec.episodes)
+        row.steps = steps
+        row.success = k
+        row.success_rate = k / len(rec.episodes)
+        row.success_ci95 = list(wilson_interval(k, len(rec.episodes)))
+        row.outcomes = [e.outcome for e in rec.episodes]
+        row.infer_p50_ms, row.infer_p99_ms = _pct(infer_ms, 50), _pct(infer_ms, 99)
+        row.infer_max_ms = max(infer_ms) if infer_ms else None
+        row.rtt_p50_ms, row.rtt_p99_ms = _pct(rtt_ms, 50), _pct(rtt_ms, 99)
+        row.loop_hz = steps / rec.loop_s if rec.loop_s else None
+        row.acts_over_control_deadline = float(np.mean(np.array(rtt_ms) > CONTROL_DEADLINE_MS)) if rtt_ms else None
+        row.deadline_misses = rec.deadline_misses
+        row.rss_bytes = rec.status_end.get("rss_bytes")
+        row.peak_rss_bytes = rec.status_end.get("peak_rss_bytes")
+        row.rss_min_flying_bytes = min(rss) if rss else None
+        row.rss_max_flying_bytes = max(rss) if rss else None
+        row.bridge_memory = [BridgeSample(t, r, p) for t, r, p in rec.memory]
         return row
     finally:
         if client is not None:
             client.close()
         exit_code = bridge.stop()
-        row.setdefault("exit_code", exit_code)
+        if not exit_seen:  # the bridge's own exit as it failed is the one to keep
+            row.exit_code = exit_code
         bridge.close()
         if sampler:
             samples = sampler.stop()
             sampler.sample("end")
-            row["cgroup_samples"] = samples
-            row.update(_cgroup_summary(samples))
+            row.cgroup_samples = samples
+            _add_cgroup_summary(row, samples)
 
 
-def _cgroup_summary(samples: list[dict]) -> dict[str, Any]:
+def _add_cgroup_summary(row: MemfitRow, samples: list[dict[str, Any]]) -> None:
     def col(k: str) -> list[int]:
         return [s[k] for s in samples if s.get(k) is not None]
 
     faults = col("pgmajfault")
     loaded = next((s for s in samples if s.get("label") == "loaded"), None)
-    return {
-        "cgroup_peak_bytes": max(col("peak_bytes") or [0]) or None,
-        "cgroup_usage_max_bytes": max(col("usage_bytes") or [0]) or None,
-        "swap_max_bytes": max(col("swap_bytes") or [0]),
-        "major_faults": (faults[-1] - faults[0]) if len(faults) > 1 else 0,
-        "major_faults_load": (loaded["pgmajfault"] - faults[0])
-        if loaded and faults and loaded.get("pgmajfault") is not None
-        else None,
-        "oom_kills": max(col("oom_kill") or [0]),
-        "limit_hits": max(col("limit_hits") or [0]),
-    }
+    row.cgroup_peak_bytes = max(col("peak_bytes") or [0]) or None
+    row.cgroup_usage_max_bytes = max(col("usage_bytes") or [0]) or None
+    row.swap_max_bytes = max(col("swap_bytes") or [0])
+    row.major_faults = (faults[-1] - faults[0]) if len(faults) > 1 else 0
+    row.major_faults_load = (
+        (loaded["pgmajfault"] - faults[0]) if loaded and faults and loaded.get("pgmajfault") is not None else None
+    )
+    row.oom_kills = max(col("oom_kill") or [0])
+    row.limit_hits = max(col("limit_hits") or [0])
 
 
 # ---------------------------------------------------------------------------------------------- the experiment
 def run_memory_fit(
     models: list[Path | str],
-    memory_mb: int | list[int] = PI3B_MEMORY_MB,
+    memory_mb: int | str | tuple[int, int] | Sequence[int | str | tuple[int, int]] = PI3B_MEMORY_MB,
     swap_mb: int = 2048,
     episodes: int = 10,
     camera: tuple[int, int] | None = None,
     seed: int = 0,
     out_dir: Path | str = "out/memfit/run",
+    *,
+    command: str | None = None,
     **options: Any,
-) -> list[dict[str, Any]]:
+) -> list[MemfitRun]:
     """Run every model unconstrained and under ``memory_mb`` MB RAM + ``swap_mb`` MB swap; write
     OUT/memfit.json, memfit.md, memory_over_time.png; return one row per (model, condition).
+    ``command``: the command line memfit.json records (main() passes what was typed; None from a library).
 
     Rows of a condition that cannot run here (not root, no memory cgroup) have ``skipped`` set to
     the reason; every other row has ``loaded`` and, once flown, the latency/memory/success figures.
@@ -418,47 +603,33 @@ def run_memory_fit(
     support = memory_cgroup_support()
     started = time.time()
     t0 = time.monotonic()
-    rows: list[dict[str, Any]] = []
+    rows: list[MemfitRun] = []
     pairs = limits(c)
     swap_needed = max((sw for _, sw in pairs), default=0)
-    swap_info: dict[str, Any] = {
-        "requested_mb": swap_needed,
-        "active_before_bytes": active_swap_bytes(),
-        "created_mb": 0,
-    }
+    swap_info = SwapInfo(requested_mb=swap_needed, active_before_bytes=active_swap_bytes())
     skip_reason = None if support.available else support.reason
     swap = None
     try:
-        if skip_reason is None and swap_needed > 0 and c.make_swap and not swap_info["active_before_bytes"]:
+        if skip_reason is None and swap_needed > 0 and c.make_swap and not swap_info.active_before_bytes:
             try:
                 swap = SwapFile(swap_needed).open()
-                swap_info["created_mb"] = swap_needed if swap.created else 0
+                swap_info.created_mb = swap_needed if swap.created else 0
             except MemLimitError as e:
                 skip_reason = f"cannot create swap: {e}"
-        elif skip_reason is None and swap_needed > 0 and not swap_info["active_before_bytes"]:
+        elif skip_reason is None and swap_needed > 0 and not swap_info.active_before_bytes:
             skip_reason = "no swap active and make_swap is off"
-        swap_info["active_during_bytes"] = active_swap_bytes()
+        swap_info.active_during_bytes = active_swap_bytes()
         if skip_reason:
             print(f"deployment_study.memfit: constrained runs skipped: {skip_reason}", file=sys.stderr)
         for path in c.models:
             cfg, meta = cfgs[path]
-            conditions = ([("unconstrained", 0, None)] if c.baseline else []) + [
-                ("constrained", m, sw) for m, sw in pairs
-            ]
+            conditions: list[tuple[str, int, int | None]] = [("unconstrained", 0, None)] if c.baseline else []
+            conditions += [("constrained", m, sw) for m, sw in pairs]
             for condition, limit, swap_limit in conditions:
                 label = condition + (f" {limit} MB + {swap_limit} MB swap" if limit else "")
                 print(f"deployment_study.memfit: {path.name} {label} ...", file=sys.stderr, flush=True)
                 if condition == "constrained" and skip_reason:
-                    rows.append(
-                        {
-                            "model": str(path),
-                            "name": path.name,
-                            "condition": condition,
-                            "memory_limit_mb": limit,
-                            "swap_limit_mb": swap_limit,
-                            "skipped": skip_reason,
-                        }
-                    )
+                    rows.append(MemfitRun(str(path), path.name, condition, limit, swap_limit, skipped=skip_reason))
                     continue
                 if skip_reason:  # baseline without a cgroup: bridge figures only
                     rows.append(_fly_one(c, path, cfg, condition, None))
@@ -468,50 +639,36 @@ def run_memory_fit(
                         rows.append(_fly_one(c, path, cfg, condition, cg, limit, swap_limit))
                 except MemLimitError as e:
                     print(f"deployment_study.memfit: {path.name} {label} skipped: {e}", file=sys.stderr)
-                    rows.append(
-                        {
-                            "model": str(path),
-                            "name": path.name,
-                            "condition": condition,
-                            "memory_limit_mb": limit,
-                            "swap_limit_mb": swap_limit,
-                            "skipped": str(e),
-                        }
-                    )
+                    rows.append(MemfitRun(str(path), path.name, condition, limit, swap_limit, skipped=str(e)))
                     continue
-                rows[-1]["source_sha256"] = meta.get("airq.widen.source_sha256") or meta.get("airq.quant.source_sha256")
+                rows[-1].source_sha256 = meta.get("airq.widen.source_sha256") or meta.get("airq.quant.source_sha256")
                 print(f"deployment_study.memfit:   {_one_line(rows[-1])}", file=sys.stderr, flush=True)
     finally:
         if swap is not None:
             swap.close()
-    _add_ratios(rows)
-    wall = time.monotonic() - t0
-    result = {
-        "command": " ".join(["python -m deployment_study.memfit", *sys.argv[1:]])
-        if Path(sys.argv[0]).stem in ("memfit", "__main__")
-        else None,
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
-        "wall_s": wall,
-        "machine": _machine(),
-        "cgroup": {"available": support.available, "version": support.version, "detail": support.reason},
-        "swap": swap_info,
-        "config": {
-            k: (str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "models" else v)
-            for k, v in c.__dict__.items()
-        },
-        "emulated": (
+    add_ratios(rows)
+    result = MemfitResult(
+        command=command,
+        date_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started)),
+        wall_s=time.monotonic() - t0,
+        machine=_machine(),
+        cgroup=CgroupInfo(available=support.available, version=support.version, detail=support.reason),
+        swap=swap_info,
+        config=c,
+        emulated=(
             "RAM: the bridge's cgroup caps its resident memory (anonymous + page cache) at memory_mb, as a Pi's RAM "
             "does; above it the kernel reclaims and swaps inside the cgroup"
         ),
-        "not_emulated": (
+        not_emulated=(
             "a Pi's CPU, caches and memory bandwidth; its swap device: swap here is a file on this machine's "
             "disk, much faster than a Pi's SD card, so slowdowns are lower bounds; the host side is not limited"
         ),
-        "limits": pairs,
-        "rows": rows,
-    }
+        limits=pairs,
+        rows=rows,
+    )
     out = Path(c.out_dir)
     from airq_cli import write_atomic, write_json
+    from deployment_study.render import plot_memory
 
     write_json(out / "memfit.json", result)
     write_atomic(out / "memfit.md", format_markdown(result).encode())
@@ -519,34 +676,39 @@ def run_memory_fit(
     return rows
 
 
-def _machine() -> dict[str, Any]:
+def _machine() -> HostInfo:
     from firmware_bridge.device import cpu_model
 
-    return {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "ram_mb": (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "load_avg": os.getloadavg(),
-    }
+    return HostInfo(
+        cpu=cpu_model(),
+        cores=os.cpu_count(),
+        ram_mb=(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB,
+        kernel=platform.release(),
+        python=platform.python_version(),
+        load_avg=os.getloadavg(),
+    )
 
 
-def _add_ratios(rows: list[dict]) -> None:
-    base = {r["model"]: r for r in rows if r.get("condition") == "unconstrained" and r.get("flown")}
+def add_ratios(rows: Sequence[MemfitRow]) -> None:
+    """Set ``vs_unconstrained`` of every flown constrained row: its figures over the same model's flown
+    unconstrained row among ``rows`` (rows of several memfit runs may be passed together)."""
+    base = {r.model: r for r in rows if r.condition == "unconstrained" and r.flown}
     for r in rows:
-        b = base.get(r["model"])
-        if r.get("condition") != "constrained" or not r.get("flown") or b is None:
+        b = base.get(r.model)
+        if r.condition != "constrained" or not r.flown or b is None:
             continue
-        ratio = {}
-        for k in ("infer_p50_ms", "infer_p99_ms", "rtt_p50_ms", "load_s"):
-            if r.get(k) and b.get(k):
-                ratio[k] = r[k] / b[k]
-        if r.get("loop_hz") and b.get("loop_hz"):
-            ratio["loop_hz"] = r["loop_hz"] / b["loop_hz"]
-        if r.get("peak_rss_bytes") and b.get("peak_rss_bytes"):
-            ratio["peak_rss"] = r["peak_rss_bytes"] / b["peak_rss_bytes"]
-        r["vs_unconstrained"] = ratio
+        r.vs_unconstrained = Ratios(
+            infer_p50_ms=_over(r.infer_p50_ms, b.infer_p50_ms),
+            infer_p99_ms=_over(r.infer_p99_ms, b.infer_p99_ms),
+            rtt_p50_ms=_over(r.rtt_p50_ms, b.rtt_p50_ms),
+            load_s=_over(r.load_s, b.load_s),
+            loop_hz=_over(r.loop_hz, b.loop_hz),
+            peak_rss=_over(r.peak_rss_bytes, b.peak_rss_bytes),
+        )
+
+
+def _over(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
 
 
 TABLE_COLUMNS = (
@@ -563,85 +725,76 @@ TABLE_COLUMNS = (
 )
 
 
-def table_row(r: dict, name: str, condition: str, tail: list[str]) -> str:
+def table_row(r: MemfitRow, name: str, condition: str, tail: list[str]) -> str:
     """One markdown row of a memory-fit table: name, condition, the TABLE_COLUMNS cells, then ``tail``."""
-    if r.get("skipped"):
-        cells = [f"skipped: {r['skipped']}"] + [""] * (len(TABLE_COLUMNS) - 1)
-    elif not r.get("loaded") or not r.get("flown"):
+    if r.skipped:
+        cells = [f"skipped: {r.skipped}"] + [""] * (len(TABLE_COLUMNS) - 1)
+    elif not r.loaded or not r.flown:
         cells = [
-            f"**no** (exit {r.get('exit_code')}, OOM kills {r.get('oom_kills')})" if not r.get("loaded") else "yes",
-            _f(r.get("load_s"), "{:.1f}"),
-            "-",
-            "-",
-            "-",
-            "-",
-            "-",
-            _mb(r.get("cgroup_peak_bytes")),
-            _mb(r.get("swap_max_bytes")),
-            str(r.get("major_faults")),
+            f"**no** (exit {r.exit_code}, OOM kills {r.oom_kills})" if not r.loaded else "yes",
+            shown(r.load_s, ".1f"),
+            *[shown(None)] * 5,
+            mb(r.cgroup_peak_bytes),
+            mb(r.swap_max_bytes),
+            str(r.major_faults),
         ]
     else:
         cells = [
             "yes",
-            f"{r['load_s']:.1f}",
-            f"{_f(r.get('infer_p50_ms'))} / {_f(r.get('infer_p99_ms'))}",
-            _f(r.get("loop_hz"), "{:,.1f}"),
-            _f(r.get("acts_over_control_deadline"), "{:.1%}"),
-            _mb(r.get("peak_rss_bytes")),
-            _mb(r.get("rss_bytes")),
-            _mb(r.get("cgroup_peak_bytes")),
-            _mb(r.get("swap_max_bytes")),
-            f"{r.get('major_faults')} ({r.get('major_faults_load')})",
+            shown(r.load_s, ".1f"),
+            f"{shown(r.infer_p50_ms, ',.2f')} / {shown(r.infer_p99_ms, ',.2f')}",
+            shown(r.loop_hz, ",.1f"),
+            shown(r.acts_over_control_deadline, ".1%"),
+            mb(r.peak_rss_bytes),
+            mb(r.rss_bytes),
+            mb(r.cgroup_peak_bytes),
+            mb(r.swap_max_bytes),
+            f"{r.major_faults} ({r.major_faults_load})",
         ]
     return "| " + " | ".join([name, condition, *cells, *tail]) + " |"
 
 
-def _mb(v) -> str:
-    return f"{v / MB:,.0f}" if v else ("0" if v == 0 else "-")
+def mb(nbytes: float | None) -> str:
+    """Bytes as whole MB (MiB) for a table, airq_cli.MISSING when not measured."""
+    return shown(None if nbytes is None else nbytes / MB, ",.0f")
 
 
-def _f(v, fmt="{:,.2f}") -> str:
-    return fmt.format(v) if v is not None else "-"
-
-
-def _one_line(r: dict) -> str:
-    if r.get("skipped"):
-        return f"skipped: {r['skipped']}"
-    if not r.get("loaded"):
-        return f"did not load ({r.get('error', '')[:120]}), OOM kills {r.get('oom_kills')}"
-    if not r.get("flown"):
-        return f"loaded in {r['load_s']:.1f} s, then failed: {r.get('error', '')[:120]}"
+def _one_line(r: MemfitRow) -> str:
+    if r.skipped:
+        return f"skipped: {r.skipped}"
+    if not r.loaded:
+        return f"did not load ({(r.error or '')[:120]}), OOM kills {r.oom_kills}"
+    if not r.flown:
+        return f"loaded in {shown(r.load_s, '.1f')} s, then failed: {(r.error or '')[:120]}"
     return (
-        f"load {r['load_s']:.1f} s, inference p50 {r['infer_p50_ms']:.2f} ms p99 {r['infer_p99_ms']:.2f} ms, "
-        f"{r['loop_hz']:.1f} Hz, peak RSS {_mb(r['peak_rss_bytes'])} MB, swap {_mb(r.get('swap_max_bytes'))} MB, "
-        f"major faults {r.get('major_faults')}, success {r['success']}/{r['episodes']}"
+        f"load {shown(r.load_s, '.1f')} s, inference p50 {shown(r.infer_p50_ms, '.2f')} ms "
+        f"p99 {shown(r.infer_p99_ms, '.2f')} ms, {shown(r.loop_hz, '.1f')} Hz, peak RSS {mb(r.peak_rss_bytes)} MB, "
+        f"swap {mb(r.swap_max_bytes)} MB, major faults {r.major_faults}, success {r.success}/{r.episodes}"
     )
 
 
-def format_markdown(result: dict) -> str:
-    c = result["config"]
+def format_markdown(result: MemfitResult) -> str:
+    c, m = result.config, result.machine
     lines = [
-        "# Memory fit: " + ", ".join(f"{m} MB RAM + {sw} MB swap" for m, sw in result["limits"]) + " vs unconstrained",
+        "# Memory fit: " + ", ".join(f"{mem} MB RAM + {sw} MB swap" for mem, sw in result.limits) + " vs unconstrained",
         "",
-        f"{result['date_utc']} UTC, {result['machine']['cpu']} ({result['machine']['cores']} cores, {result['machine']['ram_mb']:,} MB), "
-        f"kernel {result['machine']['kernel']}, {result['cgroup']['detail']}; run wall time {result['wall_s']:.0f} s; "
-        f"{c['episodes']} episodes (seeds {c['seed']}-{c['seed'] + c['episodes'] - 1}), level {c['level']}, bridge on "
-        f"{'core ' + str(c['cpu']) if c['cpu'] is not None else 'any core'}, {c['threads']} onnxruntime thread(s), "
-        f"{'lockstep loop' if c['rate_hz'] is None else str(c['rate_hz']) + ' Hz paced loop'}.",
+        f"{result.date_utc} UTC, {m.cpu} ({m.cores} cores, {m.ram_mb:,} MB), "
+        f"kernel {m.kernel}, {result.cgroup.detail}; run wall time {result.wall_s:.0f} s; "
+        f"{c.episodes} episodes (seeds {c.seed}-{c.seed + c.episodes - 1}), level {c.level}, bridge on "
+        f"{'core ' + str(c.cpu) if c.cpu is not None else 'any core'}, {c.threads} onnxruntime thread(s), "
+        f"{'lockstep loop' if c.rate_hz is None else str(c.rate_hz) + ' Hz paced loop'}.",
         "",
         "| model | condition | " + " | ".join(TABLE_COLUMNS) + " | success |",
         "|---" * (len(TABLE_COLUMNS) + 3) + "|",
     ]
-    for r in result["rows"]:
-        cond = r["condition"] + (
-            f" ({r['memory_limit_mb']} MB, swap {r.get('swap_limit_mb')} MB)" if r.get("memory_limit_mb") else ""
-        )
-        if r.get("loaded") and not r.get("flown"):
-            last = f"failed: {r.get('error', '')[:60]}"
+    for r in result.rows:
+        cond = r.condition + (f" ({r.memory_limit_mb} MB, swap {r.swap_limit_mb} MB)" if r.memory_limit_mb else "")
+        if r.loaded and not r.flown:
+            last = f"failed: {(r.error or '')[:60]}"
         else:
-            last = f"{r.get('success')}/{r.get('episodes')}" + (" (time budget)" if r.get("time_budget_hit") else "")
-        lines.append(table_row(r, r["name"], cond, [last]))
-    ratios = [r for r in result["rows"] if r.get("vs_unconstrained")]
+            last = f"{r.success}/{r.episodes}" + (" (time budget)" if r.time_budget_hit else "")
+        lines.append(table_row(r, r.name, cond, [last]))
+    ratios = [(r, r.vs_unconstrained) for r in result.rows if r.vs_unconstrained]
     if ratios:
         lines += [
             "",
@@ -650,67 +803,26 @@ def format_markdown(result: dict) -> str:
             "| model | inference p50 | inference p99 | loop Hz | load time | peak RSS |",
             "|---|---|---|---|---|---|",
         ]
-        for r in ratios:
-            v = r["vs_unconstrained"]
+        for r, v in ratios:
             lines.append(
-                f"| {r['name']} at {r['memory_limit_mb']} MB + {r['swap_limit_mb']} MB swap | {_f(v.get('infer_p50_ms'), '{:.2f}x')} | {_f(v.get('infer_p99_ms'), '{:.2f}x')} | "
-                f"{_f(v.get('loop_hz'), '{:.2f}x')} | {_f(v.get('load_s'), '{:.2f}x')} | {_f(v.get('peak_rss'), '{:.2f}x')} |"
+                f"| {r.name} at {r.memory_limit_mb} MB + {r.swap_limit_mb} MB swap | "
+                + " | ".join(
+                    shown(x, ".2f", "x") for x in (v.infer_p50_ms, v.infer_p99_ms, v.loop_hz, v.load_s, v.peak_rss)
+                )
+                + " |"
             )
+    sw = result.swap
     lines += [
         "",
-        f"Emulated: {result['emulated']}.",
-        f"Not emulated: {result['not_emulated']}.",
-        f"Swap: {result['swap']}.",
+        f"Emulated: {result.emulated}.",
+        f"Not emulated: {result.not_emulated}.",
+        f"Swap: {sw.requested_mb:,} MB asked for by the limits; {mb(sw.active_before_bytes)} MB active before the run, "
+        f"{mb(sw.active_during_bytes)} MB during it"
+        + (f" (a {sw.created_mb:,} MB file made for the run, removed after)" if sw.created_mb else "")
+        + ".",
         "",
     ]
     return "\n".join(lines)
-
-
-def plot_memory(rows: list[dict], path: Path) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from airq_cli import write_atomic
-    from nav_env.render import figure_png
-
-    runs = [r for r in rows if r.get("cgroup_samples") or r.get("bridge_memory")]
-    if not runs:
-        return None
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.4 * len(runs)), squeeze=False, sharex=False)
-    for ax, r in zip(axes[:, 0], runs):
-        s = r.get("cgroup_samples") or []
-        t = [x["t_s"] for x in s]
-        if s:
-            ax.plot(t, [(x.get("usage_bytes") or 0) / MB for x in s], label="cgroup RAM (usage)")
-            ax.plot(t, [(x.get("swap_bytes") or 0) / MB for x in s], label="swap")
-        bm = r.get("bridge_memory") or []
-        loaded_t = next((x["t_s"] for x in s if x.get("label") == "loaded"), r.get("load_s") or 0.0)
-        if bm:
-            ax.plot(
-                [loaded_t + x["t_s"] for x in bm],
-                [x["rss_bytes"] / MB for x in bm],
-                "k.",
-                ms=3,
-                label="bridge RSS (status)",
-            )
-        if r.get("memory_limit_mb"):
-            ax.axhline(r["memory_limit_mb"], color="r", ls="--", lw=1, label=f"limit {r['memory_limit_mb']} MB")
-        if s:
-            ax.axvline(loaded_t, color="gray", ls=":", lw=1)
-        status = "did not load" if not r.get("loaded") else f"p50 {_f(r.get('infer_p50_ms'))} ms"
-        cond = (
-            f"{r['memory_limit_mb']} MB RAM + {r['swap_limit_mb']} MB swap"
-            if r.get("memory_limit_mb")
-            else r["condition"]
-        )
-        ax.set_title(f"{r['name']} - {cond} ({status})", fontsize=9)
-        ax.set_ylabel("MB")
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("seconds since the bridge was started (dotted: policy loaded)")
-    fig.tight_layout()
-    return write_atomic(path, figure_png(fig))
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -724,6 +836,7 @@ def _camera(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     p = ArgumentParser(prog="python -m deployment_study.memfit", description=__doc__.split("\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="FILE", help="ONNX policy; repeat to compare")
     p.add_argument(
@@ -772,6 +885,7 @@ def main(argv: list[str] | None = None) -> int:
         load_timeout_s=a.load_timeout_s,
         baseline=not a.no_baseline,
         time_budget_s=a.time_budget_s,
+        command=shlex.join(["python", "-m", "deployment_study.memfit", *argv]),
     )
     out = Path(a.out)
     print((out / "memfit.md").read_text())

@@ -24,11 +24,17 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from airq_cli import ArgumentParser, UserError, output_file, run
+from deployment_study.records import known_fields
+
+if TYPE_CHECKING:
+    from hil.profiles import DeviceProfile
 
 AGREEMENT = 2.0  # predicted vs measured must agree within this factor before a Pi prediction is shown
 DRAM_BYTES = 256 * 2**20  # working set far beyond any cache: DRAM bandwidth
@@ -42,10 +48,70 @@ class ModelCost:
     weight_bytes: int  # every initializer (weights, biases, scales) read once
     macs: int  # multiply-adds: one per element of every 2-D weight matrix
     precision: str  # fp32 / fp16 / int8: the element type of the weight matrices
+    ops: int = field(init=False)  # 2 x multiply-adds (one multiply and one add per weight)
 
-    @property
-    def ops(self) -> int:
-        return 2 * self.macs
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", 2 * self.macs)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A roofline time: the larger of the memory and the compute bound (either may be unknown)."""
+
+    memory_bound_s: float | None
+    compute_bound_s: float | None
+    predicted_s: float | None
+    bound_by: str | None  # "memory" or "compute"; None when neither bound is known
+
+
+@dataclass(frozen=True)
+class DevicePrediction(Prediction):
+    """A device profile's prediction: the DRAM bound is dropped for weights that fit in its cache."""
+
+    fits_in_cache: bool = False
+    missing: tuple[str, ...] = ()  # figures the profile lacks for this model ("int8 compute throughput", ...)
+
+
+@dataclass(frozen=True)
+class Check(Prediction):
+    """A prediction against the measured time of the machine it predicts."""
+
+    measured_s: float | None = None
+    measured_over_predicted: float | None = None
+    agrees: bool = False  # within AGREEMENT either way
+    where: str = ""  # "this machine", "the device (pi3b figures)"
+
+    @classmethod
+    def of(cls, pred: Prediction, measured_s: float | None, where: str) -> Check:
+        ratio = measured_s / pred.predicted_s if measured_s and pred.predicted_s else None
+        return cls(
+            memory_bound_s=pred.memory_bound_s,
+            compute_bound_s=pred.compute_bound_s,
+            predicted_s=pred.predicted_s,
+            bound_by=pred.bound_by,
+            measured_s=measured_s,
+            measured_over_predicted=ratio,
+            agrees=ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT,
+            where=where,
+        )
+
+
+@dataclass(frozen=True)
+class MachineFigures:
+    """This machine's own figures (machine.json), measured on one core."""
+
+    bandwidth_gbs: dict[str, float]  # streaming-read GB/s by working-set bytes (the keys: decimal text, as in JSON)
+    throughput_gops: dict[str, float]  # matrix-product Gop/s by precision
+    dram_bandwidth_gbs: float = 0.0
+    dram_bytes: int = 0
+    method: dict[str, str] = field(default_factory=dict)
+    onnxruntime_version: str = ""
+    numpy_version: str = ""
+    cpu_affinity: list[int] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MachineFigures:
+        return cls(**known_fields(cls, data))
 
 
 def model_cost(path: str | os.PathLike) -> ModelCost:
@@ -54,7 +120,8 @@ def model_cost(path: str | os.PathLike) -> ModelCost:
     from onnx import numpy_helper
 
     model = onnx.load(str(path))
-    weight_bytes, macs, by_type = 0, 0, {}
+    weight_bytes, macs = 0, 0
+    by_type: dict[np.dtype, int] = {}
     for init in model.graph.initializer:
         arr = numpy_helper.to_array(init)
         weight_bytes += arr.nbytes
@@ -63,7 +130,7 @@ def model_cost(path: str | os.PathLike) -> ModelCost:
             by_type[arr.dtype] = by_type.get(arr.dtype, 0) + arr.size
     if not by_type:
         raise ValueError(f"{path}: no 2-D weight matrices found (not an MLP?)")
-    dtype = max(by_type, key=by_type.get)
+    dtype = max(by_type, key=lambda t: by_type[t])
     precision = {
         np.dtype(np.float32): "fp32",
         np.dtype(np.float16): "fp16",
@@ -75,23 +142,23 @@ def model_cost(path: str | os.PathLike) -> ModelCost:
     return ModelCost(weight_bytes=weight_bytes, macs=macs, precision=precision)
 
 
-def predict_s(cost: ModelCost, bandwidth_gbs: float | None, throughput_gops: float | None) -> dict:
+def predict_s(cost: ModelCost, bandwidth_gbs: float | None, throughput_gops: float | None) -> Prediction:
     """Roofline time: the larger of the memory and the compute bound (either may be unknown)."""
     mem = cost.weight_bytes / (bandwidth_gbs * 1e9) if bandwidth_gbs else None
     comp = cost.ops / (throughput_gops * 1e9) if throughput_gops else None
     bounds = [b for b in (mem, comp) if b is not None]
-    return {
-        "memory_bound_s": mem,
-        "compute_bound_s": comp,
-        "predicted_s": max(bounds) if bounds else None,
-        "bound_by": None if not bounds else ("memory" if mem is not None and mem >= (comp or 0) else "compute"),
-    }
+    return Prediction(
+        memory_bound_s=mem,
+        compute_bound_s=comp,
+        predicted_s=max(bounds) if bounds else None,
+        bound_by=None if not bounds else ("memory" if mem is not None and mem >= (comp or 0) else "compute"),
+    )
 
 
 # ---------------------------------------------------------------------- measuring this machine
 
 
-def _best_s(fn, min_time_s: float = 0.3, repeats: int = 5) -> float:
+def _best_s(fn: Callable[[], object], min_time_s: float = 0.3, repeats: int = 5) -> float:
     """Best-of-``repeats`` seconds per call, each repeat running ``fn`` for at least ``min_time_s``."""
     fn()  # warm (page faults, caches)
     best = float("inf")
@@ -155,7 +222,7 @@ def gemm_throughput_gops(precision: str, batch: int = 256, k: int = 1024, n: int
     return 2 * batch * k * n / s / 1e9
 
 
-def measure_machine(sizes: list[int]) -> dict:
+def measure_machine(sizes: list[int]) -> MachineFigures:
     """This machine's figures (run pinned to one core): bandwidth per working-set size and from
     DRAM, and fp32/fp16/int8 matrix-product throughput."""
     import onnxruntime as ort
@@ -168,41 +235,36 @@ def measure_machine(sizes: list[int]) -> dict:
     for _ in range(3):  # interleaved passes, best of all: a busy moment hits one pass, not one size
         for s in distinct:
             bandwidth[str(s)] = max(bandwidth.get(str(s), 0.0), read_bandwidth_gbs(s))
-    return {
-        "bandwidth_gbs": bandwidth,
-        "dram_bandwidth_gbs": read_bandwidth_gbs(DRAM_BYTES),
-        "dram_bytes": DRAM_BYTES,
-        "throughput_gops": {p: gemm_throughput_gops(p) for p in PRECISIONS},
-        "method": {
+    return MachineFigures(
+        bandwidth_gbs=bandwidth,
+        dram_bandwidth_gbs=read_bandwidth_gbs(DRAM_BYTES),
+        dram_bytes=DRAM_BYTES,
+        throughput_gops={p: gemm_throughput_gops(p) for p in PRECISIONS},
+        method={
             "bandwidth": "numpy float32 dot product of two arrays (reads every byte once), best of 3 interleaved passes x 5, one thread",
             "throughput": "onnxruntime MatMul (fp32, fp16) / MatMulInteger (uint8 x int8) 256x1024 @ 1024x1024, "
             "one intra-op thread, best of 5; ops = 2 x multiply-adds",
         },
-        "onnxruntime_version": ort.__version__,
-        "numpy_version": np.__version__,
-        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-    }
+        onnxruntime_version=ort.__version__,
+        numpy_version=np.__version__,
+        cpu_affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    )
 
 
-def bandwidth_at(machine: dict, nbytes: int) -> float:
+def bandwidth_at(machine: MachineFigures, nbytes: int) -> float:
     """The measured bandwidth for the working-set size nearest to ``nbytes``."""
-    sizes = {int(k): v for k, v in machine["bandwidth_gbs"].items()}
+    sizes = {int(k): v for k, v in machine.bandwidth_gbs.items()}
     nearest = min(sizes, key=lambda s: abs(np.log(s) - np.log(max(nbytes, 1))))  # same size, or within 10%
     return sizes[nearest]
 
 
-def check_here(cost: ModelCost, machine: dict, measured_s: float | None) -> dict:
+def check_here(cost: ModelCost, machine: MachineFigures, measured_s: float | None) -> Check:
     """This machine's prediction for a model against its measured inference time."""
-    pred = predict_s(cost, bandwidth_at(machine, cost.weight_bytes), machine["throughput_gops"].get(cost.precision))
-    ratio = measured_s / pred["predicted_s"] if measured_s and pred["predicted_s"] else None
-    return pred | {
-        "measured_s": measured_s,
-        "measured_over_predicted": ratio,
-        "agrees": ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT,
-    }
+    pred = predict_s(cost, bandwidth_at(machine, cost.weight_bytes), machine.throughput_gops.get(cost.precision))
+    return Check.of(pred, measured_s, "this machine")
 
 
-def predict_device(cost: ModelCost, profile) -> dict:
+def predict_device(cost: ModelCost, profile: DeviceProfile) -> DevicePrediction:
     """A device profile's roofline time. The DRAM bound is dropped for weights that fit in the
     profile's last-level cache (no cited cache bandwidth): then only the compute bound is left."""
     throughput = profile.throughput_gops(cost.precision)
@@ -211,7 +273,12 @@ def predict_device(cost: ModelCost, profile) -> dict:
     missing = [] if throughput else [f"{cost.precision} compute throughput"]
     if not fits and not profile.memory_bandwidth_gbs:
         missing.append("memory bandwidth")
-    return pred | {"fits_in_cache": fits, "missing": missing}
+    return DevicePrediction(**asdict(pred), fits_in_cache=fits, missing=tuple(missing))
+
+
+def check_device(cost: ModelCost, profile: DeviceProfile, measured_s: float | None) -> Check:
+    """A device profile's prediction against the time measured on that device (--host)."""
+    return Check.of(predict_device(cost, profile), measured_s, f"the device ({profile.name} figures)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import pytest
 from cgroup_support import SUPPORT
 
 import device_emulation.memlimit as memlimit
-from deployment_study.memfit import read_onnx_metadata, run_memory_fit
+from deployment_study.memfit import MemfitResult, read_onnx_metadata, run_memory_fit
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "policy1_int8.onnx"
@@ -84,6 +84,9 @@ def test_short_run_constrained_and_baseline(tmp_path):
     )
     assert p.returncode == 0, p.stderr
     result = json.loads((tmp_path / "o" / "memfit.json").read_text())
+    assert result["command"].startswith(f"python -m deployment_study.memfit --model {MODEL} --memory-mb 256 ")
+    again = MemfitResult.from_dict(result)  # read back as the study's memory stage does
+    assert again.limits == [(256, 0)] and again.config.models == [MODEL] and again.rows[1].vs_unconstrained.loop_hz
     rows = result["rows"]
     assert [r["condition"] for r in rows] == ["unconstrained", "constrained"]
     for r in rows:
@@ -115,23 +118,24 @@ def test_too_small_without_swap_does_not_load(tmp_path):
     )
     assert len(rows) == 1
     r = rows[0]
-    assert not r["loaded"] and r["oom_kills"] >= 1 and r["exit_code"] not in (0, None)
-    assert "did not start" in r["error"]
+    assert not r.loaded and r.oom_kills >= 1 and r.exit_code not in (0, None)
+    assert "did not start" in r.error
     assert "| **no** (exit" in (tmp_path / "memfit.md").read_text()
 
 
 def test_without_cgroups_constrained_runs_are_skipped_with_reason(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)
     rows = run_memory_fit([MODEL], memory_mb=256, swap_mb=0, episodes=1, out_dir=tmp_path, max_steps=20)
-    assert [r["condition"] for r in rows] == ["unconstrained", "constrained"]
-    assert rows[0]["flown"] and rows[0]["cgroup"] is None
-    assert "not root" in rows[1]["skipped"]
+    assert [r.condition for r in rows] == ["unconstrained", "constrained"]
+    assert rows[0].flown and rows[0].cgroup is None
+    assert "not root" in rows[1].skipped
     assert "constrained runs skipped: not root" in capsys.readouterr().err
     assert "skipped: not root" in (tmp_path / "memfit.md").read_text()
+    assert json.loads((tmp_path / "memfit.json").read_text())["command"] is None  # a library call types no command
 
 
 def test_time_budget_stops_starting_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)  # the baseline alone, no cgroup needed
     rows = run_memory_fit([MODEL], memory_mb="256:0", episodes=3, out_dir=tmp_path, max_steps=10, time_budget_s=1e-3)
-    assert rows[0]["time_budget_hit"] and rows[0]["episodes"] == 1 and rows[0]["steps"] <= 10
-    assert rows[1]["memory_limit_mb"] == 256 and rows[1]["swap_limit_mb"] == 0 and rows[1]["skipped"]
+    assert rows[0].time_budget_hit and rows[0].episodes == 1 and rows[0].steps <= 10
+    assert rows[1].memory_limit_mb == 256 and rows[1].swap_limit_mb == 0 and rows[1].skipped

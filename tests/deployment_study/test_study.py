@@ -372,36 +372,36 @@ def test_memory_runs_below_the_weights_are_short():
     from deployment_study.memory_stage import plan_parts
 
     mb = 2**20
-    limits = [[900, 2048], [900, 0], [512, 2048]]
+    limits = [(900, 2048), (900, 0), (512, 2048)]
     parts = plan_parts([("big_fp32.onnx", 615 * mb), ("big_int8.onnx", 154 * mb)], limits, episodes=5, thrash_acts=8)
-    assert [(p["name"], p["limits"], p["baseline"], p["episodes"], p["max_steps"]) for p in parts] == [
-        ("big_fp32", [[900, 2048], [900, 0]], True, 5, None),
-        ("big_fp32_below_weights", [[512, 2048]], False, 1, 8),  # 512 MB cannot hold 615 MB of weights
+    assert [(p.name, p.limits, p.baseline, p.episodes, p.max_steps) for p in parts] == [
+        ("big_fp32", [(900, 2048), (900, 0)], True, 5, None),
+        ("big_fp32_below_weights", [(512, 2048)], False, 1, 8),  # 512 MB cannot hold 615 MB of weights
         ("big_int8", limits, True, 5, None),
     ]
     only_below = plan_parts([("huge_fp32.onnx", 2000 * mb)], limits, episodes=5, thrash_acts=8)
-    assert [(p["limits"], p["baseline"], p["max_steps"]) for p in only_below] == [
-        (limits, True, 8)
-    ]  # baseline flies the same acts
+    assert [(p.limits, p.baseline, p.max_steps) for p in only_below] == [(limits, True, 8)]  # baseline: the same acts
 
 
 def test_memory_readings_follow_the_measurements():
+    from deployment_study.memfit import MemfitRow
     from deployment_study.memory_stage import classify, verdict
 
+    def row(**fields) -> MemfitRow:  # a row as memfit.json holds it
+        return MemfitRow.from_dict({"model": "m.onnx", "name": "m.onnx", "condition": "constrained"} | fields)
+
     mb = 2**20
-    base = {"loaded": True, "flown": True, "condition": "constrained", "swap_max_bytes": 0}
-    assert classify({"loaded": False, "oom_kills": 1}) == "oom" and "OOM-killed while loading" in verdict(
-        {"loaded": False, "oom_kills": 1}
-    )
-    assert classify({"loaded": False, "oom_kills": 0, "error": "x"}) == "no-load"
-    assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}}) == "thrashes"
-    assert "155x slower" in verdict(base | {"vs_unconstrained": {"infer_p50_ms": 155.0}})
-    swapped = base | {"swap_max_bytes": 888 * mb, "vs_unconstrained": {"infer_p50_ms": 1.08, "load_s": 3.78}}
+    base = {"loaded": True, "flown": True, "swap_max_bytes": 0}
+    oom = row(loaded=False, oom_kills=1)
+    assert classify(oom) == "oom" and "OOM-killed while loading" in verdict(oom)
+    assert classify(row(loaded=False, oom_kills=0, error="x")) == "no-load"
+    thrashes = row(**base, vs_unconstrained={"infer_p50_ms": 155.0})
+    assert classify(thrashes) == "thrashes" and "155x slower" in verdict(thrashes)
+    swapped = row(**base | {"swap_max_bytes": 888 * mb}, vs_unconstrained={"infer_p50_ms": 1.08, "load_s": 3.78})
     assert classify(swapped) == "swapped" and "swapping out 888 MB (loading 3.8x slower)" in verdict(swapped)
-    assert classify(base | {"vs_unconstrained": {"infer_p50_ms": 2.9}}) == "fits"
-    assert (
-        classify(base | {"condition": "unconstrained"}) == "baseline" and classify({"skipped": "not root"}) == "skipped"
-    )
+    assert classify(row(**base, vs_unconstrained={"infer_p50_ms": 2.9})) == "fits"
+    assert classify(row(**base | {"condition": "unconstrained"})) == "baseline"
+    assert classify(row(skipped="not root")) == "skipped"
 
 
 def test_memory_stage_rebuilds_an_int8_of_another_recipe(tmp_path):
@@ -427,3 +427,26 @@ def test_memory_stage_rebuilds_an_int8_of_another_recipe(tmp_path):
     assert cached_ok(fp32, int8, "src", "144x256", 20)[:2] == (True, False)
     save(int8, current)  # made before schemes were recorded
     assert cached_ok(fp32, int8, "src", "144x256", 20)[:2] == (True, False)
+
+
+def test_records_read_back_from_an_earlier_session(tmp_path):
+    """A resumed study reads its folder back: timing/GROUP.json, the sessions and the memory stage's own
+    measuring from an earlier study.json (also from before fields were added: they take their defaults)."""
+    from airq_cli import write_json
+    from deployment_study.memory_stage import StageMeasured, previous_measured
+    from deployment_study.results import Latency, ModelTiming, Session, TimingPass
+
+    us = Latency(p50=50.0, p95=60.0, p99=70.0, mean=52.0, max=90.0)
+    timing = TimingPass(2, 30, 30, {"m_fp32.onnx": ModelTiming("fp32", 1000, us, us, 60)})
+    write_json(tmp_path / "t.json", timing)
+    assert TimingPass.from_dict(json.loads((tmp_path / "t.json").read_text())) == timing
+    old_session = {"date": "2026-01-01 00:00:00 UTC", "wall_s": 12.5}  # before host_versions were recorded
+    assert Session.from_dict(old_session) == Session("2026-01-01 00:00:00 UTC", 12.5, None)
+    measured = {"wall_s": 60.0, "date": "2026-01-01", "code": "abc123", "build_s": {"fp32": 3.0, "int8": 9.0}}
+    assert previous_measured({"measured": measured}) == StageMeasured(
+        60.0, "2026-01-01", {"fp32": 3.0, "int8": 9.0}, "abc123"
+    )
+    # a study.json from before "measured": the build times its models recorded
+    legacy = {"models": {"fp32": {"build_s": 3.0}, "int8": {"reused": True, "build_s": None}}}
+    assert previous_measured(legacy) == StageMeasured(None, None, {"fp32": 3.0, "int8": None})
+    assert previous_measured(None) is None and previous_measured({"status": "skipped"}) is None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from airq_cli import json_text
 from deployment_study import roofline
 from hil.profiles import ProfileError, load_profiles
 
@@ -24,10 +26,10 @@ def test_costs_of_the_shipped_policy1():
 def test_prediction_is_the_larger_bound():
     cost = roofline.ModelCost(weight_bytes=8_000_000, macs=2_000_000, precision="fp32")
     p = roofline.predict_s(cost, bandwidth_gbs=2.0, throughput_gops=8.0)
-    assert p["memory_bound_s"] == pytest.approx(4e-3) and p["compute_bound_s"] == pytest.approx(0.5e-3)
-    assert p["predicted_s"] == pytest.approx(4e-3) and p["bound_by"] == "memory"
+    assert p.memory_bound_s == pytest.approx(4e-3) and p.compute_bound_s == pytest.approx(0.5e-3)
+    assert p.predicted_s == pytest.approx(4e-3) and p.bound_by == "memory"
     p = roofline.predict_s(cost, bandwidth_gbs=100.0, throughput_gops=1.0)
-    assert p["predicted_s"] == pytest.approx(4e-3) and p["bound_by"] == "compute"
+    assert p.predicted_s == pytest.approx(4e-3) and p.bound_by == "compute"
 
 
 def test_pi3b_prediction_uses_dram_only_beyond_its_cache():
@@ -36,19 +38,22 @@ def test_pi3b_prediction_uses_dram_only_beyond_its_cache():
     small = roofline.ModelCost(weight_bytes=400_000, macs=400_000, precision="int8")
     half = roofline.ModelCost(weight_bytes=400_000, macs=400_000, precision="fp16")
     p = roofline.predict_device(big, pi3b)
-    assert not p["fits_in_cache"] and p["predicted_s"] == pytest.approx(28e6 / (pi3b.memory_bandwidth_gbs * 1e9))
+    assert not p.fits_in_cache and p.predicted_s == pytest.approx(28e6 / (pi3b.memory_bandwidth_gbs * 1e9))
     p = roofline.predict_device(small, pi3b)
-    assert p["fits_in_cache"] and p["memory_bound_s"] is None
-    assert p["predicted_s"] == pytest.approx(0.8e6 / (pi3b.int8_gops * 1e9))
-    assert roofline.predict_device(half, pi3b)["missing"] == ["fp16 compute throughput"]
+    assert p.fits_in_cache and p.memory_bound_s is None
+    assert p.predicted_s == pytest.approx(0.8e6 / (pi3b.int8_gops * 1e9))
+    assert roofline.predict_device(half, pi3b).missing == ("fp16 compute throughput",)
 
 
 def test_check_here_agrees_only_within_2x():
-    machine = {"bandwidth_gbs": {"1000000": 10.0}, "throughput_gops": {"fp32": 100.0}}
+    machine = roofline.MachineFigures(bandwidth_gbs={"1000000": 10.0}, throughput_gops={"fp32": 100.0})
     cost = roofline.ModelCost(weight_bytes=1_000_000, macs=1000, precision="fp32")  # predicted 100 us
-    assert roofline.check_here(cost, machine, 190e-6)["agrees"]
-    assert not roofline.check_here(cost, machine, 210e-6)["agrees"]
-    assert not roofline.check_here(cost, machine, 40e-6)["agrees"]
+    assert roofline.check_here(cost, machine, 190e-6).agrees
+    assert not roofline.check_here(cost, machine, 210e-6).agrees
+    assert not roofline.check_here(cost, machine, 40e-6).agrees
+    # machine.json as written, read back (a resumed study)
+    again = roofline.MachineFigures.from_dict(json.loads(json_text(machine)) | {"from_a_later_version": 1})
+    assert again == machine
 
 
 def test_every_pi_figure_has_a_source():
