@@ -767,7 +767,3 @@ def _save_partial(study: Study) -> None:
         return  # nothing recorded: leave no study behind (and no claim on --out)
     with contextlib.suppress(Exception):
         study.save()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
