@@ -218,7 +218,7 @@ class EpisodeFigure:
         self.cfg = cfg
         W, H = self.WIDTH, self.HEIGHT
         fig = self.fig = Figure(figsize=(W, H), dpi=dpi)
-        FigureCanvasAgg(fig)
+        self.canvas = FigureCanvasAgg(fig)  # Agg: rgb() and animate() read its pixel buffer
 
         def box(left: float, bottom: float, width: float, height: float):  # inches -> figure fractions
             return fig.add_axes((left / W, bottom / H, width / W, height / H))
@@ -367,8 +367,8 @@ class EpisodeFigure:
 
     def rgb(self) -> np.ndarray:
         """The figure as an (H, W, 3) uint8 array."""
-        self.fig.canvas.draw()
-        return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()
+        self.canvas.draw()
+        return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
     def png(self) -> bytes:
         import io
@@ -383,7 +383,7 @@ class EpisodeFigure:
         """(H, W, 3) arrays, one per frame with its ``whens`` label, for a GIF. matplotlib draws the figure
         once; each frame redraws the panel titles and pastes the two panels in with numpy (nearest pixel),
         some ten times faster than drawing the images."""
-        canvas = self.fig.canvas
+        canvas = self.canvas
         self.draw(frames[0], title, subtitle, whens[0], outcome)
         self.ax_depth.set_title("forward depth camera, at the same step", fontsize=10)
         moving = [self._map, self._depth, self.ax_map.title]
