@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -258,8 +259,9 @@ def md_targets(data: StudyResults) -> str:
 
 def md_files(data: StudyResults) -> str:
     return (
-        "## Files\n\nstudy.json (everything above, per-episode outcomes included), latency.png (device inference by "
-        "policy and precision), memory_over_time.png (bridge memory over each run, like the seed's Figure 4), "
+        "## Files\n\nstudy.json (everything above, per-episode outcomes included), latency.png (timing-pass device inference, "
+        "each policy on its own linear axis, and the speed-up over fp32), memory_over_time.png (bridge memory over each "
+        "run, like the seed's Figure 4), "
         "success.png (success with Wilson 95% intervals); cells/LEVEL/GROUP/ holds each closed loop's hil.run "
         "report and run log, timing/ the timing passes, machine.json this machine's roofline figures; with the memory "
         "stage, memory_fit_over_time.png (cgroup RAM, swap and bridge RSS per memory run) and memory/PART/ (deployment_study.memfit's "
@@ -525,8 +527,11 @@ def render_markdown(data: StudyResults) -> str:
 
 # ---------------------------------------------------------------------------------- figures
 
+PRECISION_COLORS = {"fp32": "tab:blue", "fp16": "tab:orange", "int8": "tab:green", "int8-dynamic": "tab:red"}
+
 
 def write_plots(out: Path, data: StudyResults) -> list[Path]:
+    """latency.png, success.png and memory_over_time.png in ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -534,111 +539,259 @@ def write_plots(out: Path, data: StudyResults) -> list[Path]:
 
     from hil.report import save_figure
 
-    paths = []
-    rows = data.rows
-    level0 = data.args.levels[0]
-    names = list(dict.fromkeys(r.group for r in rows))
-    precision_of = {r.model: r.precision for r in rows}
-    colors = {"fp32": "tab:blue", "fp16": "tab:orange", "int8": "tab:green", "int8-dynamic": "tab:red"}
-    # latency by policy and precision (timing pass, p50 bar, p99 whisker)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(PRECISIONS)
-    for k, prec in enumerate(PRECISIONS):
-        xs, p50, p99 = [], [], []
-        for g, group in enumerate(names):
-            r = next((r for r in rows if r.group == group and r.precision == prec and r.level == level0), None)
-            if r and r.timing_inference_us and r.timing_inference_us.p50 is not None:
-                xs.append(g + (k - 1.5) * width)
-                p50.append(r.timing_inference_us.p50)
-                p99.append(r.timing_inference_us.p99 or r.timing_inference_us.p50)
-        if xs:
-            ax.bar(xs, p50, width, color=colors[prec], label=prec)
-            ax.errorbar(
-                xs, p50, yerr=[np.zeros(len(p50)), np.asarray(p99) - np.asarray(p50)], fmt="none", ecolor="k", capsize=2
-            )
-    ax.set_xticks(range(len(names)), [policy_label(g) for g in names])
-    ax.set_yscale("log")
-    ax.set_ylabel("device inference, microseconds (bar p50, whisker p99)")
-    ax.set_title("Device inference by policy and precision (timing pass)")
-    ax.legend()
-    paths.append(save_figure(fig, out / "latency.png"))
-    # memory over time per policy (the seed's Figure 4)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
-    for ax, group in zip(axes[0], names, strict=False):
-        cell = data.cells.get(f"{level0}/{group}")
-        for run in cell.runs if cell else []:
-            prec = precision_of.get(run["policy"], "fp32")
-            s = np.asarray(run["device_memory"]["samples"], dtype=float)
-            if len(s):
-                ax.plot(s[:, 0], s[:, 1] / 2**20, color=colors[prec], label=f"{prec} RSS")
-                ax.plot(s[:, 0], s[:, 2] / 2**20, color=colors[prec], linestyle="--", label=f"{prec} peak")
-        ax.set_title(f"{policy_label(group)} ({level0})")
-        ax.set_xlabel("seconds into the run")
-        ax.set_ylabel("bridge memory (MiB)")
-        ax.legend(fontsize=7)
-    paths.append(save_figure(fig, out / "memory_over_time.png"))
-    # success with intervals
-    levels = data.args.levels
-    fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 4), squeeze=False)
-    for ax, level in zip(axes[0], levels, strict=False):
-        lr = [r for r in rows if r.level == level]
-        for i, r in enumerate(lr):
-            lo, hi = r.success_ci95
-            ax.errorbar(
-                [i],
-                [r.success_rate * 100],
-                yerr=[[max(0.0, r.success_rate - lo) * 100], [max(0.0, hi - r.success_rate) * 100]],
-                fmt="o",
-                color=colors[r.precision],
-                capsize=3,
-            )
-        ax.set_xticks(range(len(lr)), [f"{policy_label(r.group)}\n{r.precision}" for r in lr], fontsize=6)
-        ax.set_ylabel("success %, Wilson 95% interval")
-        ax.set_title(f"Success on {level}")
-    paths.append(save_figure(fig, out / "success.png"))
+    paths = [
+        save_figure(_latency_figure(plt, data), out / "latency.png"),
+        save_figure(_success_figure(plt, data), out / "success.png"),
+        save_figure(_memory_figure(plt, data), out / "memory_over_time.png"),
+    ]
     plt.close("all")
     return paths
 
 
+def _where(data: StudyResults) -> str:
+    p = (data.profile or {}).get("name")
+    return f"this machine (sim-only, profile {p})" if data.args.sim_only else f"the device at {data.args.host}"
+
+
+def _groups(data: StudyResults) -> list[str]:
+    return list(dict.fromkeys(r.group for r in data.rows))
+
+
+def _latency_figure(plt: Any, data: StudyResults) -> Any:
+    """The timing pass: one panel per policy on its own linear axis from zero (the policies differ by orders
+    of magnitude, the precisions of one policy compare as lengths), bar = p50 with a p99 whisker; and the
+    speed-up of each precision over its fp32 on one axis for all policies."""
+    level0 = data.args.levels[0]  # the timing pass is shared by the levels: any level's rows carry it
+    rows = [r for r in data.rows if r.level == level0 and r.timing_inference_us and r.timing_inference_us.p50]
+    groups = _groups(data)
+    fig, axes = plt.subplots(
+        1, len(groups) + 1, figsize=(3.4 * (len(groups) + 1) + 0.6, 4.6), squeeze=False, layout="constrained"
+    )
+    for ax, group in zip(axes[0], groups, strict=False):
+        rs = sorted((r for r in rows if r.group == group), key=lambda r: PRECISIONS.index(r.precision))
+        p50 = np.array([r.timing_inference_us.p50 for r in rs if r.timing_inference_us], dtype=float)
+        p99 = np.array([r.timing_inference_us.p99 or 0.0 for r in rs if r.timing_inference_us], dtype=float)
+        p99 = np.maximum(p99, p50)
+        if not len(p50):
+            ax.set_axis_off()
+            continue
+        scale, unit = (1e-3, "ms") if p99.max() >= 10_000 else (1.0, "µs")
+        x = np.arange(len(rs))
+        ax.bar(x, p50 * scale, 0.7, color=[PRECISION_COLORS[r.precision] for r in rs])
+        ax.errorbar(x, p50 * scale, yerr=[np.zeros(len(x)), (p99 - p50) * scale], fmt="none", ecolor="k", capsize=3)
+        top = p99.max() * scale
+        for xi, r, v, w in zip(x, rs, p50 * scale, p99 * scale, strict=False):
+            speed = f"\n{r.speedup_vs_fp32:.2f}x" if r.precision != "fp32" and r.speedup_vs_fp32 else ""
+            value = f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+            ax.text(xi, w + top * 0.02, f"{value}{speed}", ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, top * 1.25)
+        ax.set_xticks(x, [r.precision for r in rs], fontsize=8)
+        ax.set_ylabel(f"device inference per act ({unit})")
+        ax.set_title(policy_label(group))
+        ax.grid(True, axis="y", alpha=0.3)
+    ax = axes[0][-1]
+    width = 0.8 / len(PRECISIONS)
+    ymax = 1.0
+    for k, prec in enumerate(PRECISIONS):
+        xs: list[float] = []
+        ys: list[float] = []
+        for g, group in enumerate(groups):
+            row = next((r for r in rows if r.group == group and r.precision == prec), None)
+            if row and row.speedup_vs_fp32:
+                xs.append(g + (k - (len(PRECISIONS) - 1) / 2) * width)
+                ys.append(row.speedup_vs_fp32)
+        if xs:
+            ax.bar(xs, ys, width, color=PRECISION_COLORS[prec], label=prec)
+            for bx, by in zip(xs, ys, strict=True):
+                if prec != "fp32":  # 1.0 by definition
+                    ax.text(bx, by, f"{by:.2g}", ha="center", va="bottom", fontsize=7)
+            ymax = max(ymax, *ys)
+    ax.axhline(1.0, color="k", linestyle=":", linewidth=1)
+    ax.set_ylim(0, ymax * 1.15)
+    ax.set_xticks(range(len(groups)), [policy_label(g) for g in groups])
+    ax.set_ylabel("speed-up over fp32 (fp32 p50 / p50)")
+    ax.set_title("Speed-up over fp32 (dotted: 1x)")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.legend(
+        handles=ax.get_legend_handles_labels()[0],
+        title="precision",
+        loc="outside lower center",
+        ncol=len(PRECISIONS),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        f"Device inference per act, timing pass on {_where(data)}: bar = median (p50), whisker = p99; "
+        "label = p50 and speed-up over fp32",
+        fontsize=10,
+    )
+    return fig
+
+
+def _success_figure(plt: Any, data: StudyResults) -> Any:
+    """Success per level on 0-100 %: a dot per model (the rate), its Wilson 95% interval as the bar, the
+    precisions side by side within each policy."""
+    from matplotlib.lines import Line2D
+
+    levels = data.args.levels
+    groups = _groups(data)
+    present = [p for p in PRECISIONS if any(r.precision == p for r in data.rows)]
+    fig, axes = plt.subplots(
+        1,
+        len(levels),
+        figsize=(max(5.0, 1.6 * len(groups) + 1.5) * len(levels), 4.6),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
+    width = 0.8 / max(1, len(present))
+    for ax, level in zip(axes[0], levels, strict=False):
+        lr = [r for r in data.rows if r.level == level]
+        for r in lr:
+            k, g = present.index(r.precision), groups.index(r.group)
+            x = g + (k - (len(present) - 1) / 2) * width
+            lo, hi = r.success_ci95
+            rate = r.success_rate * 100
+            ax.errorbar(
+                [x],
+                [rate],
+                yerr=[[max(0.0, rate - lo * 100)], [max(0.0, hi * 100 - rate)]],
+                fmt="o",
+                color=PRECISION_COLORS[r.precision],
+                capsize=4,
+                markersize=6,
+                clip_on=False,
+            )
+            ax.text(x + width * 0.1, rate, f"{r.successes}/{r.episodes}", ha="left", va="center", fontsize=7)
+        episodes = sorted({r.episodes for r in lr})
+        ax.set_ylim(0, 104)
+        ax.set_yticks(range(0, 101, 10))
+        ax.set_xticks(range(len(groups)), [policy_label(g) for g in groups])
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_title(f"level {level}: " + "/".join(map(str, episodes)) + " seeded episodes per model")
+    axes[0][0].set_ylabel("success rate (%)")
+    handles = [
+        Line2D([], [], color=PRECISION_COLORS[p], marker="o", linestyle="-", label=p, markersize=6) for p in present
+    ]
+    fig.legend(
+        handles=handles,
+        title="precision (dot: success rate, bar: Wilson 95% interval, label: successes/episodes)",
+        loc="outside lower center",
+        ncol=len(present),
+        fontsize=8,
+        title_fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(
+        "Closed-loop success by policy and precision (every precision flies the same seeded episodes)", fontsize=10
+    )
+    return fig
+
+
+def _memory_figure(plt: Any, data: StudyResults) -> Any:
+    """The bridge's memory over each closed-loop run of the first level, one panel per policy, linear from
+    zero: RSS solid with markers, peak RSS dashed and wider underneath (they coincide where RSS only grew)."""
+    from matplotlib.lines import Line2D
+
+    level0 = data.args.levels[0]
+    groups = _groups(data)
+    precision_of = {r.model: r.precision for r in data.rows}
+    fig, axes = plt.subplots(
+        1, max(1, len(groups)), figsize=(4.8 * max(1, len(groups)), 4.4), squeeze=False, layout="constrained"
+    )
+    present: list[str] = []
+    for ax, group in zip(axes[0], groups, strict=False):
+        cell = data.cells.get(f"{level0}/{group}")
+        top = 0.0
+        for run in cell.runs if cell else []:
+            prec = precision_of.get(run["policy"], "fp32")
+            s = np.asarray(run["device_memory"]["samples"], dtype=float)
+            if not len(s):
+                continue
+            present.append(prec)
+            color = PRECISION_COLORS[prec]
+            ax.plot(s[:, 0], s[:, 2] / 2**20, color=color, linestyle="--", linewidth=4, alpha=0.35, zorder=2)
+            ax.plot(s[:, 0], s[:, 1] / 2**20, color=color, linewidth=1.5, marker="o", markersize=3, zorder=3)
+            top = max(top, float(s[:, 1:3].max()) / 2**20)
+        ax.set_ylim(0, top * 1.12 if top else 1)
+        ax.set_xlim(left=0)
+        ax.set_title(policy_label(group))
+        ax.set_xlabel("seconds into the model's run")
+        ax.set_ylabel("bridge process memory (MiB)")
+        ax.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color=PRECISION_COLORS[p], linewidth=6, label=p) for p in PRECISIONS if p in present] + [
+        Line2D([], [], color="0.3", linewidth=1.5, marker="o", markersize=3, label="RSS (resident now)"),
+        Line2D([], [], color="0.3", linestyle="--", linewidth=4, alpha=0.35, label="peak RSS so far"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
+    process = "one bridge process per model" if data.args.sim_only else "one bridge serves every model in turn"
+    fig.suptitle(f"Bridge memory during the closed loop, level {level0} ({process}; MiB = 2^20 bytes)", fontsize=10)
+    return fig
+
+
 def plot_memory(rows: Sequence[MemfitRun], path: Path) -> Path | None:
-    """deployment_study.memfit's figure: cgroup RAM, swap and the bridge's RSS over each run."""
+    """deployment_study.memfit's figure, one panel per run: the cgroup's RAM and swap, the bridge's own RSS
+    and peak RSS, the RAM limit; linear from zero, the legend above the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    from airq_cli import write_atomic
-    from nav_env.render import figure_png
+    from hil.report import save_figure
 
     runs = [r for r in rows if r.cgroup_samples or r.bridge_memory]
     if not runs:
         return None
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.4 * len(runs)), squeeze=False, sharex=False)
+    fig, axes = plt.subplots(
+        len(runs), 1, figsize=(9, 2.3 * len(runs) + 1.6), squeeze=False, sharex=False, layout="constrained"
+    )
     for ax, r in zip(axes[:, 0], runs, strict=False):
         s = r.cgroup_samples or []
         t = [x["t_s"] for x in s]
+        top = float(r.memory_limit_mb or 0)
         if s:
-            ax.plot(t, [(x.get("usage_bytes") or 0) / MB for x in s], label="cgroup RAM (usage)")
-            ax.plot(t, [(x.get("swap_bytes") or 0) / MB for x in s], label="swap")
+            usage = [(x.get("usage_bytes") or 0) / MB for x in s]
+            swap = [(x.get("swap_bytes") or 0) / MB for x in s]
+            ax.plot(t, usage, color="tab:blue", linewidth=1.8)
+            ax.plot(t, swap, color="tab:orange", linewidth=1.8, clip_on=False, zorder=3)  # 0 shows on the axis
+            top = max(top, *usage, *swap)
         bm = r.bridge_memory or []
         loaded_t = next((x["t_s"] for x in s if x.get("label") == "loaded"), r.load_s or 0.0)
         if bm:
-            ax.plot(
-                [loaded_t + x.t_s for x in bm],
-                [x.rss_bytes / MB for x in bm],
-                "k.",
-                ms=3,
-                label="bridge RSS (status)",
-            )
+            bt = [loaded_t + x.t_s for x in bm]
+            ax.plot(bt, [x.peak_rss_bytes / MB for x in bm], color="k", linestyle="--", linewidth=4, alpha=0.25)
+            ax.plot(bt, [x.rss_bytes / MB for x in bm], "k.", markersize=5)
+            top = max(top, *(x.peak_rss_bytes / MB for x in bm))
         if r.memory_limit_mb:
-            ax.axhline(r.memory_limit_mb, color="r", ls="--", lw=1, label=f"limit {r.memory_limit_mb} MB")
+            ax.axhline(r.memory_limit_mb, color="r", linestyle="--", linewidth=1)
         if s:
-            ax.axvline(loaded_t, color="gray", ls=":", lw=1)
-        status = "did not load" if not r.loaded else f"p50 {shown(r.infer_p50_ms, ',.2f')} ms"
-        cond = f"{r.memory_limit_mb} MB RAM + {r.swap_limit_mb} MB swap" if r.memory_limit_mb else r.condition
-        ax.set_title(f"{r.name} - {cond} ({status})", fontsize=9)
-        ax.set_ylabel("MB")
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("seconds since the bridge was started (dotted: policy loaded)")
-    fig.tight_layout()
-    return write_atomic(path, figure_png(fig))
+            ax.axvline(loaded_t, color="gray", linestyle=":", linewidth=1)
+        ax.set_ylim(0, top * 1.12 if top else 1)
+        ax.set_xlim(left=0)
+        status = "did not load" if not r.loaded else f"inference p50 {shown(r.infer_p50_ms, ',.2f')} ms"
+        cond = (
+            f"{r.memory_limit_mb} MB RAM + {r.swap_limit_mb} MB swap"
+            if r.memory_limit_mb
+            else "unconstrained (no limit)"
+        )
+        ax.set_title(f"{r.name}: {cond} ({status})", fontsize=9)
+        ax.set_ylabel("MB (2^20 bytes)")
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("seconds since the bridge was started (dotted line: policy loaded)")
+    handles = [
+        Line2D([], [], color="tab:blue", linewidth=1.8, label="cgroup RAM in use"),
+        Line2D([], [], color="tab:orange", linewidth=1.8, label="cgroup swap in use"),
+        Line2D([], [], color="k", marker=".", linestyle="none", markersize=5, label="bridge RSS (its status)"),
+        Line2D([], [], color="k", linestyle="--", linewidth=4, alpha=0.25, label="bridge peak RSS so far"),
+        Line2D([], [], color="r", linestyle="--", linewidth=1, label="RAM limit"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(
+        "Memory of each run (MB = 2^20 bytes). cgroup RAM: the pages charged to the bridge's cgroup;\n"
+        "shared libraries the host process had already read are charged to the host's, so it can sit below the RSS.",
+        fontsize=9,
+    )
+    return save_figure(fig, path)
