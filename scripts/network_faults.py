@@ -2,7 +2,7 @@
 
 Run from the repo root, as root (network namespace, nftables; the Debian packages iproute2 and nftables):
 
-    .venv/bin/python scripts/network_faults.py                   # the watchdog and the four link rows, ~5 min
+    .venv/bin/python scripts/network_faults.py                   # the watchdog and the four link rows, ~3.5 min
     .venv/bin/python scripts/network_faults.py --only watchdog   # no root needed
 
 Prints the machine (CPU model, its int8 instructions, the int8 kernel probe) and the package versions, then
