@@ -63,6 +63,7 @@ from airq_cli import (
     defaults_from,
     error_line,
     output_dir,
+    shown,
     write_atomic,
     write_json,
 )
@@ -702,14 +703,14 @@ def build_targets(rows: list[Row]) -> list[Target]:
             targets.append(
                 Target(
                     f"{policy_label(big)} int8 >= 4x faster than fp32 (timing-pass p50)",
-                    f"{s:.2f}x" if s else "n/a",
+                    shown(s or None, ".2f", "x"),
                     bool(s and s >= 4.0),
                 )
             )
             targets.append(
                 Target(
                     f"{policy_label(big)} int8 >= 3.9x smaller than fp32 (model bytes)",
-                    f"{z:.2f}x" if z else "n/a",
+                    shown(z or None, ".2f", "x"),
                     bool(z and z >= 3.9),
                 )
             )
@@ -717,7 +718,7 @@ def build_targets(rows: list[Row]) -> list[Target]:
             targets.append(
                 Target(
                     f"{policy_label(big)} int8 peak device RSS vs fp32 (reported, no target)",
-                    f"{pk:.2f}x smaller" if pk else "n/a",
+                    shown(pk or None, ".2f", "x smaller"),
                     None,
                 )
             )

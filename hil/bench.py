@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import EXIT_FAILURE, ArgumentParser, UserError, error_line, output_file, run, write_atomic
+from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_atomic
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.profiles import get_profile
@@ -263,7 +263,7 @@ def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[f
     for r in rows:
         ovh = r["overhead_p50_us_by_repeat"]
         echo = r.get("echo_round_trip_p50_us_by_repeat") or []
-        echo_text = f"{_median(echo):.0f} ({min(echo):.0f}-{max(echo):.0f})" if echo else "-"
+        echo_text = f"{_median(echo):.0f} ({min(echo):.0f}-{max(echo):.0f})" if echo else MISSING
         print(
             f"{Path(r['policy']).name:<24}"
             + (f"{r['spin_us']:>6g}" if spin_col else "")

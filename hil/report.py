@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import json_text, write_atomic, write_json
+from airq_cli import json_text, shown, write_atomic, write_json
 from hil.loop import LoopRecord
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
@@ -294,7 +294,7 @@ def _short(name: str) -> str:
 
 
 def _x(v: float | None) -> str:
-    return f"{v:.2f}x" if v else "n/a"
+    return shown(v or None, ".2f", "x")  # a ratio of zero is a missing measurement
 
 
 def write_report(

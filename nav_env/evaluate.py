@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, UserError, output_dir, progress, run, write_json
+from airq_cli import ArgumentParser, UserError, output_dir, progress, run, shown, write_json
 from nav_env.baselines import BASELINES
 from nav_env.config import load_level
 from nav_env.rollout import as_rows, run_episodes, summarize
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         s = report["policies"][name]["summary"]
         lo, hi = s["success_ci95"]
-        eff = f"{s['path_efficiency']:.2f}" if s["path_efficiency"] else "-"
+        eff = shown(s["path_efficiency"], ".2f")
         print(
             f"{name:<12}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}{s['timeout_rate']:>9.1%}"
             f"{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}"

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from airq_cli import ArgumentParser, output_dir, run, write_atomic, write_json
+from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
 from nav_env.config import load_level
 from nav_env.render import figure_png
 from nav_env.rollout import as_rows, run_episodes, summarize
@@ -167,7 +167,7 @@ def print_table(report: dict) -> None:
     for name, entry in report["policies"].items():
         s = entry["summary"]
         lo, hi = s["success_ci95"]
-        eff = f"{s['path_efficiency']:.2f}" if s["path_efficiency"] else "-"
+        eff = shown(s["path_efficiency"], ".2f")
         print(
             f"{name[:25]:<26}{s['success_rate']:>9.1%}{f'{lo:.1%}-{hi:.1%}':>16}{s['collision_rate']:>11.1%}"
             f"{s['timeout_rate']:>9.1%}{s['mean_return']:>9.2f}{s['mean_steps']:>8.1f}{eff:>15}"

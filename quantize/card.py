@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from airq_cli import MISSING, shown
 from firmware_bridge.device import format_versions, package_versions
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, load_policy
@@ -87,8 +88,8 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
             first = next(iter(report["policies"]))
             fs = report["policies"][first]["summary"]
             d = report.get("paired_vs_first", {}).get(name)
-            diff = f"{d['diff']:+.1%} ({d['low']:+.1%}, {d['high']:+.1%})" if d else "-"
-            p = f"{d['mcnemar_p']:.3g}" if d else "-"
+            diff = f"{d['diff']:+.1%} ({d['low']:+.1%}, {d['high']:+.1%})" if d else MISSING
+            p = shown(d["mcnemar_p"] if d else None, ".3g")
             lines.append(
                 f"| {report['level']} | {report['episodes']} (seeds {report['seed']}..) | {s['success_rate']:.1%} | "
                 f"{s['success_ci95'][0]:.1%}-{s['success_ci95'][1]:.1%} | {fs['success_rate']:.1%} | {diff} | {p} |"
