@@ -59,6 +59,27 @@ def commands(actions, cfg: NavConfig, n: int) -> np.ndarray:
     return a
 
 
+def check_latency(
+    delay_s: float | np.ndarray, period_s: float | np.ndarray | None, n: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``set_latency``'s arguments as (n,) arrays (None: lockstep, the vehicle.dt period); ValueError
+    naming the problem for a negative or non-finite delay or a period that is not positive and finite."""
+    delay = np.asarray(delay_s, dtype=np.float64)
+    if delay.shape not in ((), (n,)):
+        raise ValueError(f"delay_s must be a number or {n} numbers, got shape {delay.shape}")
+    if not np.all(np.isfinite(delay)) or np.any(delay < 0):
+        raise ValueError(f"delay_s must be finite and >= 0 seconds, got {delay_s!r}")
+    period = None
+    if period_s is not None:
+        period = np.asarray(period_s, dtype=np.float64)
+        if period.shape not in ((), (n,)):
+            raise ValueError(f"period_s must be a number or {n} numbers, got shape {period.shape}")
+        if not np.all(np.isfinite(period)) or np.any(period <= 0):
+            raise ValueError(f"period_s must be finite and > 0 seconds, got {period_s!r}")
+        period = np.broadcast_to(period, (n,)).copy()
+    return (np.broadcast_to(delay, (n,)).copy() if np.any(delay) else None), period
+
+
 def choose_zone(options: dict, cfg: NavConfig, curriculum: ZoneCurriculum) -> int | None:
     """The goal zone a reset asks for: ``options["zone"]`` (validated), else the curriculum's zone when
     it is enabled, else None (drawn with the episode)."""

@@ -8,7 +8,15 @@ import gymnasium as gym
 import numpy as np
 
 from nav_env.arena import sample_episode
-from nav_env.common import ZoneCurriculum, action_space, choose_zone, commands, observation_space, resolve_config
+from nav_env.common import (
+    ZoneCurriculum,
+    action_space,
+    check_latency,
+    choose_zone,
+    commands,
+    observation_space,
+    resolve_config,
+)
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -84,7 +92,22 @@ class NavEnv(gym.Env):
     obstacle, a wall, the floor or the ceiling; vehicle radius ``vehicle.radius`` = 0.3 m).
     Truncated after ``task.max_steps`` (500) steps: a time limit is not a terminal state.
     ``info`` carries ``is_success``, ``collision``, ``distance_to_goal``, ``path_length``,
-    ``start_distance``, ``steps`` and ``zone``.
+    ``start_distance``, ``steps``, ``flight_time`` (simulated seconds) and ``zone``.
+
+    ## Latency
+    By default the world waits for the policy (lockstep): each action applies from the start of its
+    period. :meth:`set_latency` makes the world keep flying while the policy thinks, as on a real
+    drone: ``set_latency(delay_s, period_s=None)`` applies to every following step until changed.
+    The action answering an observation reaches the flight controller ``delay_s`` seconds after that
+    observation; until then the vehicle follows the setpoint the controller holds (the previous
+    action's, hover at the start of an episode), then the new one for the rest of the period. A
+    delay of a whole period or more lands the action in a later period (the controller keeps its
+    last setpoint meanwhile; actions land in order of arrival). ``period_s`` (default
+    ``vehicle.dt``) sets this step's length, e.g. "as fast as the device answers" is
+    ``set_latency(d, period_s=d)`` with the device's time ``d`` per act. The time limit is
+    ``task.max_steps`` x ``vehicle.dt`` seconds of flight, and the step cost is per ``vehicle.dt``.
+    A delay of zero gives the lockstep trajectories bit for bit; the same seed and delay sequence
+    give the same episode. ``nav_env.vector.NavVectorEnv.set_latency`` takes one delay per env.
 
     ## Arguments
     ``NavEnv(level="default", render_mode=None, config=None, overrides=None)``: ``level`` is a level
@@ -124,6 +147,13 @@ class NavEnv(gym.Env):
         self.trajectory: list[np.ndarray] = []
         self._done = True
         self._last_obs: np.ndarray | None = None
+        self._delay: np.ndarray | None = None  # lockstep
+        self._period: np.ndarray | None = None
+
+    def set_latency(self, delay_s: float = 0.0, period_s: float | None = None) -> None:
+        """The delay of every following action and the length of every following step (see ## Latency)."""
+        delay, period = check_latency(delay_s, period_s, 1)
+        self._delay, self._period = delay, period
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -145,7 +175,7 @@ class NavEnv(gym.Env):
         if self._done:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)
-        reward, terminated, truncated, collision, success = self.sim.step(cmd)
+        reward, terminated, truncated, collision, success = self.sim.step(cmd, self._delay, self._period)
         self.trajectory.append(self.sim.pos[0].copy())
         self._done = bool(terminated[0] or truncated[0])
         if self._done and self.cfg.curriculum.enabled:

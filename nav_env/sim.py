@@ -50,6 +50,11 @@ class BatchSim:
         self.zone = np.zeros(n, dtype=np.int64)
         self.noise_key = np.zeros(n, dtype=np.uint32)
         self.start_dist = np.zeros(n)
+        self.flight_time = np.zeros(n)  # simulated seconds since the episode started
+        # the flight controller's side of a delayed control link: the setpoint it holds, and commands sent
+        # but not yet arrived (per env: (seconds from the start of the next period, setpoint) in send order)
+        self.held = np.zeros((n, 4))
+        self.in_flight: list[list[tuple[float, np.ndarray]]] = [[] for _ in range(n)]
         # obstacles (float32: they only feed ray casting and collision)
         self.cyl = np.zeros((n, kc, 5), dtype=np.float32)
         self.box = np.zeros((n, kb, 4), dtype=np.float32)
@@ -66,19 +71,51 @@ class BatchSim:
             self.prev_dist[i] = self.start_dist[i] = float(np.linalg.norm(ep.goal - ep.start))
             self.path_length[i] = 0.0
             self.steps[i] = 0
+            self.flight_time[i] = 0.0
+            self.held[i] = 0.0  # hover
+            self.in_flight[i] = []
             self.zone[i] = ep.zone
             self.noise_key[i] = ep.noise_key
             self.cyl[i] = ep.cyl
             self.box[i] = ep.box
 
     # ------------------------------------------------------------------ dynamics
-    def step(self, cmd: np.ndarray):
+    def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None):
         """Advance every env by one control period under body-frame setpoints ``cmd`` (N, 4).
+
+        ``delay`` (N,) seconds: when each env's ``cmd`` reaches its flight controller, counted from the
+        start of the period (the observation it answers). Until then the vehicle follows the setpoint
+        the controller holds; a delay of a whole period or more lands the command in a later period.
+        ``period`` (N,) seconds: each env's period (default ``vehicle.dt``). Without either, or with
+        zero delays, fixed periods and nothing in flight, this is the lockstep step, bit for bit.
 
         Returns reward, terminated, truncated, collision, success (arrays of length N).
         """
+        if delay is None and period is None or self._lockstep(delay, period):
+            return self._lockstep_step(cmd)
+        dt = self.cfg.vehicle.dt
+        delay = np.zeros(self.n) if delay is None else np.broadcast_to(np.asarray(delay, dtype=np.float64), (self.n,))
+        period = np.full(self.n, dt) if period is None else np.broadcast_to(np.asarray(period, np.float64), (self.n,))
+        segments, setpoints = self._schedule(np.asarray(cmd, dtype=np.float64), delay, period)
+        moved = np.zeros((self.n, 3))
+        for k in range(segments.shape[0]):
+            moved += self._follow(setpoints[k], segments[k])
+        self.track(moved, period)
+        if self.has_moving:
+            self._move_obstacles(period.astype(np.float32)[:, None, None])
+        return self.score(self.collided(), period / dt)
+
+    def _lockstep(self, delay: np.ndarray | None, period: np.ndarray | None) -> bool:
+        return (
+            (period is None or bool(np.all(np.asarray(period) == self.cfg.vehicle.dt)))
+            and (delay is None or not np.any(delay))
+            and not any(self.in_flight)
+        )
+
+    def _lockstep_step(self, cmd: np.ndarray):
         v = self.cfg.vehicle
         a, dt = self.alpha, v.dt
+        self.held[:] = cmd
         self.yaw_rate += a * (cmd[:, 3] - self.yaw_rate)
         self.yaw = np.remainder(self.yaw + self.yaw_rate * dt + math.pi, 2 * math.pi) - math.pi
         c, s = np.cos(self.yaw), np.sin(self.yaw)
@@ -89,27 +126,73 @@ class BatchSim:
             self._move_obstacles(dt)
         return self.score(self.collided())
 
-    def track(self, delta: np.ndarray) -> None:
-        """Count one control step that moved every env by ``delta`` (N, 3); the AirSim backend calls
-        it with the displacement its simulator reports."""
+    def _schedule(self, cmd: np.ndarray, delay: np.ndarray, period: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This period as segments: (K, N) durations and (K, N, 4) setpoints followed during them, K the
+        most segments any env has (shorter envs padded with zero-length segments). Commands landing
+        in this period switch the setpoint in landing order (ties: send order); later ones wait."""
+        plans: list[list[tuple[float, np.ndarray]]] = []
+        for i in range(self.n):
+            queue = [*self.in_flight[i], (float(delay[i]), cmd[i])]
+            queue.sort(key=lambda e: e[0])  # stable: ties keep the send order
+            now, held, plan = 0.0, self.held[i], []
+            landed = [e for e in queue if e[0] < period[i]]
+            self.in_flight[i] = [(t - float(period[i]), c) for t, c in queue if t >= period[i]]
+            for t, setpoint in landed:
+                plan.append((t - now, held))
+                now, held = t, setpoint
+            plan.append((float(period[i]) - now, held))
+            self.held[i] = held
+            plans.append(plan)
+        k = max(len(p) for p in plans)
+        durations, setpoints = np.zeros((k, self.n)), np.zeros((k, self.n, 4))
+        for i, plan in enumerate(plans):
+            for j, (h, setpoint) in enumerate(plan):
+                durations[j, i], setpoints[j, i] = h, setpoint
+        return durations, setpoints
+
+    def _follow(self, cmd: np.ndarray, h: np.ndarray) -> np.ndarray:
+        """Follow setpoints ``cmd`` (N, 4) for ``h`` (N,) seconds (zero: untouched); the displacement."""
+        v = self.cfg.vehicle
+        on = h > 0
+        # a whole period uses the lockstep step's own coefficient, so an undelayed env matches it bit for bit
+        a = np.where(h == v.dt, self.alpha, -np.expm1(-h / v.tau))
+        yaw_rate = self.yaw_rate + a * (cmd[:, 3] - self.yaw_rate)
+        yaw = np.remainder(self.yaw + yaw_rate * h + math.pi, 2 * math.pi) - math.pi
+        c, s = np.cos(yaw), np.sin(yaw)
+        target = np.stack([c * cmd[:, 0] - s * cmd[:, 1], s * cmd[:, 0] + c * cmd[:, 1], cmd[:, 2]], axis=1)
+        vel = self.vel + a[:, None] * (target - self.vel)
+        self.yaw_rate = np.where(on, yaw_rate, self.yaw_rate)
+        self.yaw = np.where(on, yaw, self.yaw)
+        self.vel = np.where(on[:, None], vel, self.vel)
+        return np.where(on[:, None], vel * h[:, None], 0.0)
+
+    def track(self, delta: np.ndarray, period: np.ndarray | float | None = None) -> None:
+        """Count one control step that moved every env by ``delta`` (N, 3) over ``period`` seconds
+        (default ``vehicle.dt``); the AirSim backend calls it with the displacement its simulator reports."""
         self.pos += delta
         self.path_length += np.sqrt(np.einsum("ij,ij->i", delta, delta))
         self.steps += 1
+        self.flight_time += self.cfg.vehicle.dt if period is None else period
 
-    def score(self, collision: np.ndarray):
+    def score(self, collision: np.ndarray, step_share: np.ndarray | float = 1.0):
         """Reward and episode end for the current positions given this step's ``collision`` flags
-        (shared with the AirSim backend). Returns reward, terminated, truncated, collision, success."""
+        (shared with the AirSim backend). ``step_share``: each env's period over ``vehicle.dt`` (the step
+        cost is per ``vehicle.dt`` of flight). Returns reward, terminated, truncated, collision, success."""
         cfg = self.cfg
         dist = np.linalg.norm(self.goal - self.pos, axis=1)
         success = (dist < cfg.task.success_radius) & ~collision
         r = cfg.reward
-        reward = r.step + r.progress * (self.prev_dist - dist) + r.success * success + r.collision * collision
+        step_cost = r.step if isinstance(step_share, float) and step_share == 1.0 else r.step * step_share
+        reward = step_cost + r.progress * (self.prev_dist - dist) + r.success * success + r.collision * collision
         self.prev_dist = dist
         terminated = success | collision
-        truncated = (self.steps >= cfg.task.max_steps) & ~terminated
+        # the time limit is task.max_steps periods of vehicle.dt of flight (periods may vary); the margin
+        # absorbs the rounding of summing 0.1 s periods, far below any period
+        out_of_time = self.flight_time >= cfg.task.max_steps * cfg.vehicle.dt - 1e-6
+        truncated = out_of_time & ~terminated
         return reward, terminated, truncated, collision, success
 
-    def _move_obstacles(self, dt: float) -> None:
+    def _move_obstacles(self, dt: float | np.ndarray) -> None:
         a = self.cfg.arena
         cyl = self.cyl
         cyl[:, :, 0:2] += cyl[:, :, 3:5] * np.float32(dt)
@@ -151,6 +234,7 @@ class BatchSim:
             "start_distance": float(self.start_dist[i]),
             "path_length": float(self.path_length[i]),
             "steps": int(self.steps[i]),
+            "flight_time": float(self.flight_time[i]),
             "zone": int(self.zone[i]),
         }
 

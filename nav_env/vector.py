@@ -11,11 +11,20 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from nav_env.arena import sample_episode
-from nav_env.common import ZoneCurriculum, action_space, commands, observation_space, resolve_config
+from nav_env.common import ZoneCurriculum, action_space, check_latency, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
-INFO_KEYS = ("is_success", "collision", "distance_to_goal", "start_distance", "path_length", "steps", "zone")
+INFO_KEYS = (
+    "is_success",
+    "collision",
+    "distance_to_goal",
+    "start_distance",
+    "path_length",
+    "steps",
+    "flight_time",
+    "zone",
+)
 
 
 class NavVectorEnv(VectorEnv):
@@ -32,6 +41,9 @@ class NavVectorEnv(VectorEnv):
     ``info`` holds arrays of length ``num_envs`` for ``is_success``, ``collision``,
     ``distance_to_goal``, ``start_distance``, ``path_length``, ``steps`` and ``zone``; on the step
     that ends an episode they describe that episode.
+
+    ``set_latency(delay_s, period_s=None)`` takes a number or one per env (``NavEnv``'s ## Latency):
+    env ``i`` with delays ``d`` flies exactly what ``NavEnv`` flies with the same delays.
     """
 
     metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -58,6 +70,8 @@ class NavVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.curriculum = ZoneCurriculum.from_config(self.cfg)
         self.sim = BatchSim(self.cfg, self.num_envs)
+        self._delay: np.ndarray | None = None  # lockstep
+        self._period: np.ndarray | None = None
         self._rngs: list[np.random.Generator] = [seeding.np_random()[0] for _ in range(self.num_envs)]
         self._needs_reset = np.ones(self.num_envs, dtype=bool)  # NEXT_STEP bookkeeping
         self._ready = False
@@ -96,12 +110,16 @@ class NavVectorEnv(VectorEnv):
         self.sim.load(idx, episodes)
         self._needs_reset[idx] = False
 
+    def set_latency(self, delay_s: float | np.ndarray = 0.0, period_s: float | np.ndarray | None = None) -> None:
+        """Delays (and step lengths) of every following step, a number or one per env."""
+        self._delay, self._period = check_latency(delay_s, period_s, self.num_envs)
+
     # ------------------------------------------------------------------ step
     def step(self, actions):
         if not self._ready:
             raise RuntimeError("step() called before reset()")
         cmd = commands(actions, self.cfg, self.num_envs)
-        reward, terminated, truncated, collision, success = self.sim.step(cmd)
+        reward, terminated, truncated, collision, success = self.sim.step(cmd, self._delay, self._period)
         mode = self.autoreset_mode
 
         if mode is AutoresetMode.NEXT_STEP and self._needs_reset.any():
@@ -137,6 +155,7 @@ class NavVectorEnv(VectorEnv):
             "start_distance": s.start_dist.copy(),
             "path_length": s.path_length.copy(),
             "steps": s.steps.copy(),
+            "flight_time": s.flight_time.copy(),
             "zone": s.zone.copy(),
         }
         for k in INFO_KEYS:

@@ -18,7 +18,16 @@ from nav_env.config import load_level
 from nav_env.env import NavEnv
 
 CFG = load_level("default")
-INFO_KEYS = {"is_success", "collision", "distance_to_goal", "start_distance", "path_length", "steps", "zone"}
+INFO_KEYS = {
+    "is_success",
+    "collision",
+    "distance_to_goal",
+    "start_distance",
+    "path_length",
+    "steps",
+    "flight_time",
+    "zone",
+}
 FORWARD5 = ACTION_NAMES.index("forward 5")
 YAW_LEFT_90 = ACTION_NAMES.index("yaw left 90")
 
