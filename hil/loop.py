@@ -22,6 +22,7 @@ import numpy as np
 
 from firmware_bridge.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from firmware_bridge.protocol import ErrorCode, sha256_hex
+from hil.latency import LatencySource
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
 from nav_env.config import NavConfig
@@ -312,6 +313,21 @@ class LoopRecord:
     client_counters: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class LoopTiming:
+    """``--timing latency``: each act's delay (from ``source``) is flown as the action's delay in the simulator;
+    ``period_s`` is the control period in simulated seconds (None: the level's ``vehicle.dt``), or with
+    ``device_rate`` each step lasts until the action lands (the next observation is taken then)."""
+
+    source: LatencySource
+    period_s: float | None = None
+    device_rate: bool = False
+
+    def describe(self) -> dict:
+        period = "device (the next observation when the action lands)" if self.device_rate else self.period_s
+        return {"mode": "latency", **self.source.describe(), "period_s": period}
+
+
 def run_closed_loop(
     client: BridgeClient,
     cfg: NavConfig,
@@ -324,10 +340,12 @@ def run_closed_loop(
     *,
     link: ControlLink | None = None,
     deadline_s: float | None = None,
+    timing: LoopTiming | None = None,
 ) -> LoopRecord:
     """Fly seeded episodes (a count, or the episode indices to fly); ``env`` defaults to the embedded
     simulator for ``cfg``. ``link`` brings fail-safe recovery (policy re-upload, supervisor, events);
-    without one a plain link with the default deadline is used."""
+    without one a plain link with the default deadline is used. ``timing``: fly with latency (LoopTiming);
+    without it, lockstep (the simulated world waits for every act)."""
     env = env if env is not None else make_env(cfg, render_mode="rgb_array")
     link = link or ControlLink(client, deadline_s or default_deadline_s(cfg, rate_hz))
     indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
@@ -343,6 +361,8 @@ def run_closed_loop(
     for n, j in enumerate(indices):
         acts_before, overruns_before = len(rec.rtt_ns), rec.overruns
         obs, info = env.reset(seed=seed + j)
+        if timing is not None:
+            timing.source.start_episode(seed + j)
         link.context.update(episode=j, step=0)
         link.call("reset", lambda t: client.reset(timeout_s=t))
         link.episode_outage = False
@@ -353,6 +373,10 @@ def run_closed_loop(
         while not done:
             link.context["step"] = steps
             result = link.act(obs)
+            if timing is not None:
+                # a missed act: the fail-safe (hover) takes over when its deadline passes
+                delay = link.deadline_s if result is None else timing.source.delay_s(result.rtt_ns)
+                env.unwrapped.set_latency(delay, max(delay, 1e-6) if timing.device_rate else timing.period_s)
             obs, reward, terminated, truncated, info = env.step(hover if result is None else result.action)
             steps += 1
             ret += reward
@@ -382,6 +406,7 @@ def run_closed_loop(
             path_length=info["path_length"],
             start_distance=info["start_distance"],
             straight_distance=info["start_distance"] - cfg.task.success_radius,
+            flight_time=info.get("flight_time"),
         )
         misses = link.stats.deadline_misses - misses_before
         rec.episodes.append(ep)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from airq_cli import json_text, shown, write_atomic, write_json
+from hil.latency import round_trip_quantiles_us
 from hil.loop import LoopRecord
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
@@ -133,7 +134,7 @@ def summarize_run(
     extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
     flown = [episode_row(ep, extra) for ep, extra in zip(rec.episodes, extras)]
     rows = sorted(prior + flown, key=lambda r: r["episode"])
-    episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__}) for r in rows]
+    episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__ if k in r}) for r in rows]
     rtt_ns = [x for r in prior for x in r.get("rtt_ns") or []] + rec.rtt_ns
     infer_ns = [x for r in prior for x in r.get("infer_ns") or []] + rec.infer_ns
     acts = len(rtt_ns)
@@ -157,6 +158,7 @@ def summarize_run(
         "acts": acts,
         "actuation_hz": acts / loop_s if loop_s else 0.0,
         "round_trip_us": percentiles_us(rtt_ns),
+        "round_trip_quantiles_us": round_trip_quantiles_us(rtt_ns),  # for --latency replay:THIS_REPORT
         "device_inference_us": percentiles_us(infer_ns),
         "overhead_us": percentiles_us(overhead),
         "deadline_misses": rec.deadline_misses + _prior(prior, "failsafe_steps"),

@@ -43,7 +43,17 @@ from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.protocol import sha256_hex
-from hil.loop import MAX_OUTAGE_S, ControlLink, Event, LoopRecord, PolicyUpload, default_deadline_s, run_closed_loop
+from hil.latency import parse_latency
+from hil.loop import (
+    MAX_OUTAGE_S,
+    ControlLink,
+    Event,
+    LoopRecord,
+    LoopTiming,
+    PolicyUpload,
+    default_deadline_s,
+    run_closed_loop,
+)
 from hil.profiles import DeviceProfile, ProfileError, get_profile
 from hil.report import (
     RUN_LOG,
@@ -86,6 +96,9 @@ class RunArgs:
     max_steps: int | None = None  # override the level's episode length
     bridge_key: str | None = None  # CurveZMQ: the bridge's public key file (NAME.key)
     client_key: str | None = None  # CurveZMQ: this host's key pair file (NAME.key_secret)
+    timing: str = "lockstep"  # lockstep: the world waits for each act; latency: it keeps flying (docs/latency.md)
+    latency: str = "measured"  # --timing latency: measured, fixed:MS or replay:REPORT.json
+    device_rate: bool = False  # --timing latency: each step lasts until the action lands
     out: str = "out/hil"
     quiet: bool = False
     resume: bool = False  # continuing the run logged in ``out``
@@ -195,6 +208,23 @@ def parse_args(argv: list[str] | None) -> RunArgs:
         "--bridge-key", metavar="FILE", help="CurveZMQ: the bridge's public key (bridge.key); with --client-key"
     )
     p.add_argument("--client-key", metavar="FILE", help="CurveZMQ: this host's key pair (host.key_secret)")
+    p.add_argument(
+        "--timing",
+        choices=("lockstep", "latency"),
+        help="lockstep: the simulated world waits while the device computes; latency: it keeps flying, each "
+        "action lands its act's delay after the observation (--rate-hz sets the simulated control period)",
+    )
+    p.add_argument(
+        "--latency",
+        metavar="SOURCE",
+        help="--timing latency: each act's delay: measured (its round trip), fixed:MS, or replay:REPORT.json "
+        "(resampled from an earlier run's round trips, e.g. a real Pi's)",
+    )
+    p.add_argument(
+        "--device-rate",
+        action="store_true",
+        help="--timing latency: no fixed period; the next observation is taken when the action lands",
+    )
     p.add_argument("--out", type=output_dir, help="folder for run.jsonl, report.json and the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     defaults_from(p, RunArgs)  # each default written once, in RunArgs
@@ -256,6 +286,16 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
         raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
     if args.bridge_key is not None and args.sim_only:
         raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
+    if args.timing == "lockstep" and (args.latency != "measured" or args.device_rate):
+        raise UserError("--latency and --device-rate apply to --timing latency")
+    if args.timing == "latency":
+        if args.backend != "embedded":
+            raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
+        if args.device_rate and args.rate_hz is not None:
+            raise UserError("--device-rate and --rate-hz are two different periods: give one")
+        source = parse_latency(args.latency)  # one-line error for a bad or unreadable source
+        if args.device_rate and source.kind == "fixed" and source.fixed_s == 0:
+            raise UserError("--device-rate with --latency fixed:0 would never let time pass")
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
@@ -345,7 +385,12 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
     cfg, profile = check_args(args)
     out_dir = Path(args.out)
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
-    deadline_s = args.deadline_ms / 1e3 if args.deadline_ms else default_deadline_s(cfg, args.rate_hz)
+    if args.deadline_ms:
+        deadline_s = args.deadline_ms / 1e3
+    elif args.timing == "latency":
+        deadline_s = args.timeout_s  # a late action is flown late, not replaced: only a lost one is a miss
+    else:
+        deadline_s = default_deadline_s(cfg, args.rate_hz)
     log_path = out_dir / RUN_LOG
     earlier = (
         EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
@@ -371,6 +416,10 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         "level": cfg.level,
         "obs_dim": cfg.obs_dim,
         "deadline_ms": deadline_s * 1e3,
+        # lockstep: the world waited for each act; latency: each action landed its act's delay late
+        "timing": {"mode": "lockstep"}
+        if args.timing == "lockstep"
+        else {"mode": "latency", "source": args.latency, "device_rate": args.device_rate, "rate_hz": args.rate_hz},
         "run_log": str(log_path),
         "host_versions": package_versions(),  # this side's packages; the device's are in device.device
         "device": None,
@@ -599,8 +648,23 @@ def _fly_policy(
             log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
             progress.episode_done(rec)
 
+        timing = None
+        if args.timing == "latency":
+            source = parse_latency(args.latency).for_policy(sha256_hex(onnx), Path(path).name)
+            period = 1.0 / args.rate_hz if args.rate_hz else None
+            timing = LoopTiming(source, period_s=period, device_rate=args.device_rate)
+            report.setdefault("timing_by_policy", {})[path] = timing.describe()
         rec = run_closed_loop(
-            client, cfg, todo, args.seed, args.rate_hz, on_episode=on_episode, env=env, link=link, deadline_s=deadline_s
+            client,
+            cfg,
+            todo,
+            args.seed,
+            None if timing else args.rate_hz,  # with latency the simulated clock runs apart from the wall's
+            on_episode=on_episode,
+            env=env,
+            link=link,
+            deadline_s=deadline_s,
+            timing=timing,
         )
     return rec, load
 
@@ -623,6 +687,18 @@ def _int8_line(d: dict) -> str:
     return "device " + Int8Kernels.from_dict(d.get("int8_kernels") or {}).describe()
 
 
+def _timing_line(report: dict) -> str:
+    args, timing = report["args"], report.get("timing") or {"mode": "lockstep"}
+    if timing["mode"] == "latency":
+        period = (
+            "the device's rate"
+            if args.get("device_rate")
+            else (f"{args['rate_hz']} Hz" if args.get("rate_hz") else "the level's control period")
+        )
+        return f"latency timing: each action lands {args.get('latency')} late, period {period}"
+    return "lockstep, " + (f"paced at {args['rate_hz']} Hz" if args["rate_hz"] else "free-running")
+
+
 def _header(report: dict) -> str:
     d = (report["device"] or {}).get("device") or {}
     where = report["mode"] + (
@@ -632,7 +708,7 @@ def _header(report: dict) -> str:
         f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
         f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
         f"episodes from seed {report['args']['seed']}, "
-        + (f"paced at {report['args']['rate_hz']} Hz" if report["args"]["rate_hz"] else "free-running")
+        + _timing_line(report)
         + f"\n{_int8_line(d)}\nhost versions: {format_versions(report.get('host_versions') or {})}"
     )
 

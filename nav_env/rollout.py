@@ -27,6 +27,7 @@ class EpisodeResult:
     path_length: float
     start_distance: float
     straight_distance: float  # from the start to the edge of the goal's success radius
+    flight_time: float | None = None  # simulated seconds (None: a row recorded before it was kept)
 
     @property
     def success(self) -> bool:
@@ -74,6 +75,7 @@ def run_episodes(
                 path_length=float(info["path_length"][i]),
                 start_distance=float(info["start_distance"][i]),
                 straight_distance=float(info["start_distance"][i]) - cfg.task.success_radius,
+                flight_time=float(info["flight_time"][i]),
             )
             returns[i] = 0.0
             if next_episode < episodes:
@@ -100,6 +102,10 @@ def summarize(results: list[EpisodeResult]) -> dict:
     out["path_efficiency"] = (
         float(np.mean([r.path_length / max(r.straight_distance, 1e-9) for r in succ])) if succ else None
     )
+    # time to goal and path length of the successful flights: what latency changes before it costs a crash
+    timed = [r.flight_time for r in succ if r.flight_time is not None]
+    out["mean_time_to_goal_s"] = float(np.mean(timed)) if timed else None
+    out["mean_path_length_m"] = float(np.mean([r.path_length for r in succ])) if succ else None
     zones = sorted({r.zone for r in results})
     out["success_rate_by_zone"] = {str(z): float(np.mean([r.success for r in results if r.zone == z])) for z in zones}
     return out

@@ -1,0 +1,137 @@
+"""Where the delay of each act comes from when the loop flies with ``--timing latency``.
+
+    measured            the act's own round trip (a real Pi, or the local bridge)
+    fixed:MS            MS milliseconds every act
+    replay:REPORT.json  resampled from the round trips an earlier hil.run recorded (e.g. on a real Pi), so
+                        many policies can be judged at that device's speed without it
+
+The delay is the time from the observation to the moment its action reaches the flight controller
+(nav_env's ``set_latency``). A replayed distribution is drawn by inverse transform from the report's
+``round_trip_quantiles_us`` with a generator seeded by the run's seed and the episode, so a replay is
+as reproducible as the episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from airq_cli import UserError
+
+QUANTILE_LEVELS = np.linspace(0.0, 1.0, 201)  # what a report keeps of each policy's round trips (every 0.5%)
+
+
+def round_trip_quantiles_us(rtt_ns: list[int]) -> list[float] | None:
+    """The round trips a report keeps for replay: 201 quantiles (0, 0.5, ..., 100%) in microseconds."""
+    if not rtt_ns:
+        return None
+    return [round(float(q), 3) for q in np.quantile(np.asarray(rtt_ns, dtype=np.float64) / 1e3, QUANTILE_LEVELS)]
+
+
+@dataclass
+class LatencySource:
+    """One of the sources above; ``delay_s`` gives each act's delay."""
+
+    kind: str  # measured, fixed, replay
+    fixed_s: float = 0.0
+    replay_path: str | None = None
+    quantiles_us: list[float] = field(default_factory=list)
+    replay_from: dict[str, Any] = field(default_factory=dict)  # which run of the report, on what device
+    _rng: np.random.Generator | None = None
+
+    @property
+    def spec(self) -> str:
+        if self.kind == "fixed":
+            return f"fixed:{self.fixed_s * 1e3:g}"
+        if self.kind == "replay":
+            return f"replay:{self.replay_path}"
+        return self.kind
+
+    def start_episode(self, seed: int) -> None:
+        self._rng = np.random.default_rng([seed, 0x1A7E])
+
+    def delay_s(self, measured_rtt_ns: int) -> float:
+        if self.kind == "measured":
+            return measured_rtt_ns / 1e9
+        if self.kind == "fixed":
+            return self.fixed_s
+        if self._rng is None:
+            raise RuntimeError("start_episode() first: a replay draws from the episode's generator")
+        return float(np.interp(self._rng.random(), QUANTILE_LEVELS, self.quantiles_us)) / 1e6
+
+    def for_policy(self, sha256: str, name: str) -> LatencySource:
+        """A replay picks the report's run of the same model (by sha256, then file name), else its first run;
+        which one it took and whether it is this policy go in the report."""
+        if self.kind != "replay":
+            return self
+        report = json.loads(Path(str(self.replay_path)).read_text())
+        runs = [r for r in report.get("runs") or [] if r.get("round_trip_quantiles_us")]
+        chosen = next((r for r in runs if r.get("sha256") == sha256), None) or next(
+            (r for r in runs if Path(str(r.get("policy"))).name == name), runs[0]
+        )
+        device = ((report.get("device") or {}).get("device") or {}).get("cpu_model")
+        return LatencySource(
+            "replay",
+            replay_path=self.replay_path,
+            quantiles_us=list(chosen["round_trip_quantiles_us"]),
+            replay_from={
+                "policy": chosen.get("policy"),
+                "same_model": chosen.get("sha256") == sha256,
+                "device": device,
+                "mode": report.get("mode"),
+                "round_trip_p50_us": (chosen.get("round_trip_us") or {}).get("p50"),
+            },
+        )
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.spec}
+        if self.kind == "replay":
+            out["replay_from"] = self.replay_from
+        return out
+
+
+def parse_latency(spec: str) -> LatencySource:
+    """``--latency SPEC``; UserError (one line, exit 2) naming what is wrong."""
+    kind, _, value = spec.partition(":")
+    if kind == "measured" and not value:
+        return LatencySource("measured")
+    if kind == "fixed":
+        try:
+            ms = float(value)
+        except ValueError:
+            raise UserError(f"--latency fixed:MS needs a number of milliseconds, got {value!r}") from None
+        if not math.isfinite(ms) or ms < 0:
+            raise UserError(f"--latency fixed:MS must be finite and >= 0, got {value}")
+        return LatencySource("fixed", fixed_s=ms / 1e3)
+    if kind == "replay":
+        path = Path(value)
+        try:
+            report = json.loads(path.read_text())
+        except OSError as e:
+            raise UserError(f"--latency replay: cannot read {path} ({e.strerror or e})") from None
+        except ValueError:
+            raise UserError(f"--latency replay: {path} is not JSON (a hil.run report.json is expected)") from None
+        runs = report.get("runs") if isinstance(report, dict) else None
+        if not isinstance(runs, list) or not any(
+            isinstance(r, dict) and _valid_quantiles(r.get("round_trip_quantiles_us")) for r in runs
+        ):
+            raise UserError(
+                f"--latency replay: {path} is not a hil.run report with recorded round trips "
+                "(runs[].round_trip_quantiles_us; reports written before replay existed have none)"
+            )
+        return LatencySource("replay", replay_path=str(path))
+    raise UserError(f"--latency must be measured, fixed:MS or replay:REPORT.json, got {spec!r}")
+
+
+def _valid_quantiles(q: Any) -> bool:
+    return (
+        isinstance(q, list)
+        and len(q) == len(QUANTILE_LEVELS)
+        and all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in q)
+        and all(a <= b for a, b in zip(q, q[1:]))
+    )
