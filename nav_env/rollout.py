@@ -87,6 +87,19 @@ def run_episodes(
             obs, _ = env.reset(seed=seeds, options={"reset_mask": mask})
 
 
+# what a model card or a training log keeps of a summary (summarize gives more)
+HEADLINE_FIELDS = (
+    "success_rate",
+    "success_ci95",
+    "collision_rate",
+    "timeout_rate",
+    "mean_return",
+    "mean_steps",
+    "path_efficiency",
+    "success_rate_by_zone",
+)
+
+
 def summarize(results: list[EpisodeResult]) -> dict:
     """Rates with Wilson 95% intervals, mean return, steps and path efficiency."""
     n = len(results)

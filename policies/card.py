@@ -14,6 +14,7 @@ from pathlib import Path
 
 from airq_cli import ArgumentParser, output_file, run, write_atomic, write_json
 from firmware_bridge.device import format_versions, package_versions
+from nav_env.rollout import HEADLINE_FIELDS
 from policies.errors import UserError
 
 
@@ -71,19 +72,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
             "episodes": report["episodes"],
             "seed": report["seed"],
             "deterministic": True,
-            **{
-                k: s[k]
-                for k in (
-                    "success_rate",
-                    "success_ci95",
-                    "collision_rate",
-                    "timeout_rate",
-                    "mean_return",
-                    "mean_steps",
-                    "path_efficiency",
-                    "success_rate_by_zone",
-                )
-            },
+            **{k: s[k] for k in HEADLINE_FIELDS},
         },
         "paired_comparisons": [
             {k: d[k] for k in ("first", "second", "n", "diff", "low", "high", "only_first", "only_second", "mcnemar_p")}

@@ -12,7 +12,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from airq_cli import Progress, write_json
-from nav_env.rollout import run_episodes, summarize
+from nav_env.rollout import HEADLINE_FIELDS, run_episodes, summarize
 from policies.actor import actor_from_model, algo_class, torch_policy_fn
 from policies.config import TrainConfig
 from policies.machine import machine_info
@@ -23,17 +23,7 @@ def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
     actor = actor_from_model(model)
     results = list(run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32))
     s = summarize(results)
-    keys = (
-        "success_rate",
-        "success_ci95",
-        "collision_rate",
-        "timeout_rate",
-        "mean_return",
-        "mean_steps",
-        "path_efficiency",
-        "success_rate_by_zone",
-    )
-    return {k: s[k] for k in keys} | {"episodes": episodes, "seed": seed}
+    return {k: s[k] for k in HEADLINE_FIELDS} | {"episodes": episodes, "seed": seed}
 
 
 def save_atomic(model, path: Path) -> None:
