@@ -134,7 +134,7 @@ class BatchSim:
         for i in range(self.n):
             queue = [*self.in_flight[i], (float(delay[i]), cmd[i])]
             queue.sort(key=lambda e: e[0])  # stable: ties keep the send order
-            now, held, plan = 0.0, self.held[i], []
+            now, held, plan = 0.0, self.held[i].copy(), []  # a copy: self.held[i] is rewritten below
             landed = [e for e in queue if e[0] < period[i]]
             self.in_flight[i] = [(t - float(period[i]), c) for t, c in queue if t >= period[i]]
             for t, setpoint in landed:

@@ -130,3 +130,35 @@ def test_same_seed_same_delays_same_episode_and_time_limit_in_flight_time():
     hovering = fly(NavEnv("easy"), 5, [HOVER_ACTION] * 3000, delays=np.full(3000, 0.02), period=0.02)
     assert hovering[-1][4] and len(hovering) == 2500  # 50 s of flight at 20 ms per step
     assert hovering[-1][5] == pytest.approx(50.0)
+
+
+def forward_from_rest(delay_s, steps=6):
+    env = NavEnv("easy")
+    env.reset(seed=0)
+    env.set_latency(delay_s)
+    xs = []
+    for _ in range(steps):
+        env.step(FORWARD_5)
+        xs.append(float(env.sim.pos[0, 0]))
+    return xs
+
+
+def test_a_delay_shifts_the_response_and_a_fraction_of_a_period_splits_it():
+    lockstep, two_periods = forward_from_rest(0.0), forward_from_rest(0.2)
+    start = two_periods[0]
+    assert two_periods[:2] == [start, start]  # hover held while the first command is in flight
+    assert two_periods[2:] == pytest.approx(lockstep[:-2], abs=1e-12)  # then lockstep, two periods late
+    half = forward_from_rest(0.05)
+    one_period = forward_from_rest(0.1)
+    # half a period of hover, then forward: between no delay and a whole period, every step
+    assert all(b < h < a for a, h, b in zip(lockstep, half, one_period))
+    # the first period exactly: at rest under hover for 0.05 s (no motion), then 0.05 s of the first-order
+    # response to 5 m/s forward, whose velocity at the end of the period carries the vehicle (the sim's Euler step)
+    env = NavEnv("easy")
+    env.reset(seed=0)
+    start = env.sim.pos[0].copy()
+    env.set_latency(0.05)
+    env.step(FORWARD_5)
+    tau = env.cfg.vehicle.tau
+    expected = 5.0 * -math.expm1(-0.05 / tau) * 0.05
+    assert np.linalg.norm(env.sim.pos[0] - start) == pytest.approx(expected, rel=1e-12)
