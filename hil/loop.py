@@ -22,10 +22,10 @@ import numpy as np
 
 from firmware_bridge.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from firmware_bridge.protocol import ErrorCode, sha256_hex
-from hil.latency import LatencySource
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
 from nav_env.config import NavConfig
+from nav_env.latency import LatencySource
 from nav_env.rollout import EpisodeResult, episode_outcome
 
 STATUS_PERIOD_S = 0.5  # how often device memory is sampled during a run

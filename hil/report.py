@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from airq_cli import json_text, shown, write_atomic, write_json
-from hil.latency import round_trip_quantiles_us
 from hil.loop import LoopRecord
+from nav_env.latency import round_trip_quantiles_us
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference

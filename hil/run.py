@@ -43,7 +43,6 @@ from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.protocol import sha256_hex
-from hil.latency import parse_latency
 from hil.loop import (
     MAX_OUTAGE_S,
     ControlLink,
@@ -70,6 +69,7 @@ from hil.report import (
 )
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
+from nav_env.latency import parse_latency
 
 
 @dataclass

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from nav_env.config import NavConfig
+from nav_env.latency import LatencySource
 from nav_env.stats import wilson_interval
 from nav_env.vector import NavVectorEnv
 
@@ -44,18 +45,28 @@ def episode_outcome(info: dict, i: int | np.integer | None = None) -> str:
 
 
 def run_episodes(
-    policy: Policy, cfg: NavConfig, episodes: int, seed: int = 0, num_envs: int = 16
+    policy: Policy,
+    cfg: NavConfig,
+    episodes: int,
+    seed: int = 0,
+    num_envs: int = 16,
+    latency: LatencySource | None = None,
 ) -> Iterator[EpisodeResult]:
-    """Play ``episodes`` seeded episodes in a vector env; yield each result as it ends."""
+    """Play ``episodes`` seeded episodes in a vector env; yield each result as it ends. ``latency`` (fixed or
+    replay): every action lands a delay drawn from it, with a generator per episode seeded by the episode's
+    seed, so two policies meet the same delays episode by episode."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     n = min(num_envs, episodes)
     env = NavVectorEnv(n, config=cfg, autoreset_mode=AutoresetMode.DISABLED)
     assigned = np.arange(n)  # episode index per env, -1 when idle
     obs, _ = env.reset(seed=[seed + int(j) for j in assigned])
+    rngs = [latency.episode_generator(seed + int(j)) for j in assigned] if latency is not None else []
     returns = np.zeros(n)
     next_episode = n
     while (assigned >= 0).any():
+        if latency is not None:
+            env.set_latency(np.array([latency.delay_from(r) for r in rngs]))
         obs, reward, terminated, truncated, info = env.step(policy(obs))
         returns += reward
         done = (terminated | truncated) & (assigned >= 0)
@@ -80,6 +91,8 @@ def run_episodes(
             returns[i] = 0.0
             if next_episode < episodes:
                 assigned[i], seeds[i], mask[i] = next_episode, seed + next_episode, True
+                if latency is not None:
+                    rngs[i] = latency.episode_generator(seed + next_episode)
                 next_episode += 1
             else:
                 assigned[i] = -1

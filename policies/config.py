@@ -55,6 +55,9 @@ class TrainConfig:
     exploration_final_eps: float = 0.02
     # Warm start: initialise the actor from this SB3 zip / run dir (e.g. a behaviour-cloned Policy III)
     init_from: str = ""
+    # Latency-aware training (docs/latency.md): each env-step's action lands a delay drawn from this source,
+    # fixed:MS or replay:REPORT.json (a hil.run report's round trips, e.g. a real Pi's); "" trains in lockstep
+    latency: str = ""
     # Run bookkeeping
     eval_every: int = 250_000  # env steps between evaluations on held-out seeds
     eval_episodes: int = 200
@@ -93,7 +96,19 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self.latency_source()  # a bad source is a one-line error before any work
         return self
+
+    def latency_source(self):
+        """The training delays (nav_env.latency.LatencySource), or None for lockstep training."""
+        if not self.latency:
+            return None
+        from nav_env.latency import parse_latency
+
+        source = parse_latency(self.latency)
+        if source.kind == "measured":
+            raise UserError("latency: training has no device to measure; give fixed:MS or replay:REPORT.json")
+        return source.for_policy("", "")  # a replay takes the report's first run
 
     def to_toml(self) -> str:
         lines = ["# resolved training config (policies.train)"]

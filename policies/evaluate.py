@@ -25,6 +25,7 @@ from pathlib import Path
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
 from nav_env.config import load_level
+from nav_env.latency import LatencySource, parse_latency
 from nav_env.render import figure_png
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
@@ -59,12 +60,15 @@ def unique_names(policies: list[LoadedPolicy]) -> None:
             seen[p.name] = 1
 
 
-def evaluate(policies: list[LoadedPolicy], cfg, episodes: int, seed: int, num_envs: int) -> dict:
+def evaluate(
+    policies: list[LoadedPolicy], cfg, episodes: int, seed: int, num_envs: int, latency: LatencySource | None = None
+) -> dict:
     report: dict = {"level": cfg.level, "episodes": episodes, "seed": seed, "deterministic": True, "policies": {}}
+    report["latency"] = latency.describe() if latency is not None else None  # None: lockstep
     outcomes: dict[str, list[bool]] = {}
     for p in policies:
         t0 = time.perf_counter()
-        results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs), key=lambda r: r.episode)
+        results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs, latency), key=lambda r: r.episode)
         summary = summarize(results) | {"wall_s": round(time.perf_counter() - t0, 2)}
         report["policies"][p.name] = {
             "source": p.source,
@@ -192,7 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best", help="which checkpoint of a run directory")
     p.add_argument("--out", type=output_dir, default="out/eval", help="output folder")
     p.add_argument("--name", help="output file stem (default eval_LEVEL_sSEED_nEPISODES)")
+    p.add_argument(
+        "--latency",
+        metavar="SOURCE",
+        help="fly with latency: every action lands a delay from fixed:MS or replay:REPORT.json (docs/latency.md)",
+    )
     args = p.parse_args(argv)
+    latency = None
+    if args.latency:
+        latency = parse_latency(args.latency)
+        if latency.kind == "measured":
+            raise UserError("--latency: an evaluation has no device to measure; give fixed:MS or replay:REPORT.json")
+        latency = latency.for_policy("", "")
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
     import torch  # after the argument checks: a wrong flag answers at once
@@ -204,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         check_obs_dim(pol, cfg.obs_dim, cfg.level)
     unique_names(policies)
 
-    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs)
+    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency)
     stem = args.name or f"eval_{cfg.level}_s{args.seed}_n{args.episodes}"
     out = Path(args.out)
     rows = summary_rows(report)

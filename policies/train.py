@@ -34,10 +34,14 @@ if TYPE_CHECKING:  # torch and SB3 load in functions: a wrong flag is reported b
 def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
     from policies.vec_adapter import NavSB3VecEnv
 
-    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate)
+    latency = cfg.latency_source()
+    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate, latency=latency)
     # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
     # episodes rather than replaying the first ones.
-    venv.seed(TRAIN_SEED_BASE + cfg.seed * 1_000_000 + restart * 10_000)
+    seed = TRAIN_SEED_BASE + cfg.seed * 1_000_000 + restart * 10_000
+    venv.seed(seed)
+    if latency is not None:
+        latency.start_episode(seed)  # the delays drawn during training are reproducible too
     return venv
 
 

@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from nav_env.config import NavConfig
+from nav_env.latency import LatencySource
 from nav_env.vector import NavVectorEnv
 
 
@@ -30,11 +31,13 @@ class NavSB3VecEnv(VecEnv):
 
     ``graduate``: with the curriculum on, once its last goal zone is unlocked the env switches to
     drawing goals uniformly over all zones, which is the distribution policies are evaluated on.
+    ``latency``: each step's actions land delays drawn from it (nav_env's set_latency), one per env.
     """
 
-    def __init__(self, num_envs: int, cfg: NavConfig, graduate: bool = True):
+    def __init__(self, num_envs: int, cfg: NavConfig, graduate: bool = True, latency: LatencySource | None = None):
         self.venv = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
         self.graduate = graduate
+        self.latency = latency  # latency-aware training: every env-step's action lands a drawn delay late
         self.graduated = False
         super().__init__(num_envs, self.venv.single_observation_space, self.venv.single_action_space)
         self._actions: np.ndarray | None = None
@@ -77,6 +80,8 @@ class NavSB3VecEnv(VecEnv):
         self._actions = np.asarray(actions).reshape(self.num_envs).astype(np.int64)
 
     def step_wait(self) -> VecEnvStepReturn:
+        if self.latency is not None:
+            self.venv.set_latency(self.latency.draw(self.num_envs))
         obs, rewards, terminated, truncated, info = self.venv.step(self._actions)
         self._returns += rewards
         self._lengths += 1

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.latency import QUANTILE_LEVELS, LatencySource, parse_latency, round_trip_quantiles_us
+from nav_env.latency import QUANTILE_LEVELS, LatencySource, parse_latency, round_trip_quantiles_us
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Where the delay of each act comes from when the loop flies with ``--timing latency``.
+"""Where the delay of each act comes from: the loop's ``--timing latency`` (hil.run) and latency-aware training
+(``policies.train --latency``). numpy only, so the env, the loop and training share it.
 
     measured            the act's own round trip (a real Pi, or the local bridge)
     fixed:MS            MS milliseconds every act
@@ -53,7 +54,7 @@ class LatencySource:
         return self.kind
 
     def start_episode(self, seed: int) -> None:
-        self._rng = np.random.default_rng([seed, 0x1A7E])
+        self._rng = self.episode_generator(seed)
 
     def delay_s(self, measured_rtt_ns: int) -> float:
         if self.kind == "measured":
@@ -63,6 +64,26 @@ class LatencySource:
         if self._rng is None:
             raise RuntimeError("start_episode() first: a replay draws from the episode's generator")
         return float(np.interp(self._rng.random(), QUANTILE_LEVELS, self.quantiles_us)) / 1e6
+
+    def episode_generator(self, seed: int) -> np.random.Generator:
+        """The generator :meth:`start_episode` would make: one per env when episodes run side by side."""
+        return np.random.default_rng([seed, 0x1A7E])
+
+    def delay_from(self, rng: np.random.Generator) -> float:
+        """One delay in seconds drawn with ``rng`` (a fixed source ignores it)."""
+        if self.kind == "fixed":
+            return self.fixed_s
+        if self.kind != "replay":
+            raise RuntimeError(f"delay_from() needs a fixed or replay source, not {self.spec}")
+        return float(np.interp(rng.random(), QUANTILE_LEVELS, self.quantiles_us)) / 1e6
+
+    def draw(self, n: int) -> np.ndarray:
+        """``n`` delays in seconds (one per env of a vector env), from the generator of :meth:`start_episode`."""
+        if self.kind == "fixed":
+            return np.full(n, self.fixed_s)
+        if self.kind != "replay" or self._rng is None:
+            raise RuntimeError(f"draw() needs a fixed or replay source after start_episode(), not {self.spec}")
+        return np.interp(self._rng.random(n), QUANTILE_LEVELS, self.quantiles_us) / 1e6
 
     def for_policy(self, sha256: str, name: str) -> LatencySource:
         """A replay picks the report's run of the same model (by sha256, then file name), else its first run;
