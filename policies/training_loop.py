@@ -19,9 +19,13 @@ from policies.machine import machine_info
 
 
 def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
-    """Deterministic actions of the deployable actor over seeded episodes (curriculum off, all zones)."""
+    """Deterministic actions of the deployable actor over seeded episodes (curriculum off, all zones), with the
+    latency it trains under (so the best checkpoint is the best at that latency)."""
     actor = actor_from_model(model)
-    results = list(run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32))
+    latency = cfg.latency_source()
+    results = list(
+        run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32, latency=latency)
+    )
     s = summarize(results)
     return {k: s[k] for k in HEADLINE_FIELDS} | {"episodes": episodes, "seed": seed}
 
