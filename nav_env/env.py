@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.arena import sample_episode
 from nav_env.common import (
     ZoneCurriculum,
@@ -18,7 +19,7 @@ from nav_env.common import (
     resolve_config,
 )
 from nav_env.config import NavConfig
-from nav_env.sim import BatchSim
+from nav_env.sim import BatchSim, SingleSim
 
 
 class NavEnv(gym.Env):
@@ -142,7 +143,10 @@ class NavEnv(gym.Env):
         self.observation_space = observation_space(self.cfg)
         self.action_space = action_space(self.cfg)
         self.curriculum = ZoneCurriculum.from_config(self.cfg)
-        self.sim = BatchSim(self.cfg, 1)
+        # SingleSim: the batch simulator with a fast path for one env (bit for bit the batch code's results;
+        # a plain BatchSim put here steps through the batch code, as the equivalence tests do)
+        self.sim: BatchSim = SingleSim(self.cfg)
+        self._discrete = self.cfg.task.action_type == "discrete"
         self.episode = None
         self.trajectory: list[np.ndarray] = []
         self._done = True
@@ -165,15 +169,41 @@ class NavEnv(gym.Env):
 
     def _start(self, episode):
         self.episode = episode
-        self.sim.load([0], [self.episode])
-        self.trajectory = [self.sim.pos[0].copy()]
+        sim = self.sim
+        sim.load([0], [self.episode])
+        self.trajectory = [sim.pos[0].copy()]
         self._done = False
-        self._last_obs = self.sim.observe()[0]
-        return self._last_obs, self.sim.info(0, False, False)
+        if isinstance(sim, SingleSim):
+            self._last_obs = sim.observe_one()
+            return self._last_obs, sim.info_one(False, False)
+        self._last_obs = sim.observe()[0]
+        return self._last_obs, sim.info(0, False, False)
 
     def step(self, action):
         if self._done:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
+        sim = self.sim
+        if not isinstance(sim, SingleSim):
+            return self._step_batch(action)
+        if (
+            self._discrete
+            and isinstance(action, (int, np.integer))
+            and not isinstance(action, bool)
+            and 0 <= action < N_DISCRETE_ACTIONS
+        ):
+            cmd = DISCRETE_ACTIONS[int(action)]  # what commands() gives for it, without the batch checks
+        else:
+            cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)[0]
+        reward, terminated, truncated, collision, success = sim.step_one(cmd, self._delay, self._period)
+        self.trajectory.append(sim.pos[0].copy())
+        self._done = terminated or truncated
+        if self._done and self.cfg.curriculum.enabled:
+            self.curriculum.record(self.episode.zone, success)
+        self._last_obs = sim.observe_one()
+        return self._last_obs, reward, terminated, truncated, sim.info_one(collision, success)
+
+    def _step_batch(self, action):
+        """The step through the batch code (self.sim a plain BatchSim): the reference of the fast path."""
         cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)
         reward, terminated, truncated, collision, success = self.sim.step(cmd, self._delay, self._period)
         self.trajectory.append(self.sim.pos[0].copy())

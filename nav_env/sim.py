@@ -403,3 +403,447 @@ class _Workspace:
         self.b1, self.b2, self.b3, self.b4, self.b5 = (np.empty((n, w, kb), np.float32) for _ in range(5))
         self.bm1, self.bm2 = (np.empty((n, w, kb), bool) for _ in range(2))
         self.depth = np.empty((n, h, w), np.float32)
+
+
+class SingleSim(BatchSim):
+    """:class:`BatchSim` for one env (``n = 1``) with a fast path for the single env's step and observation.
+
+    ``NavEnv`` steps one vehicle per call, where the batch code's ~100 numpy calls on arrays of one row
+    cost far more than their arithmetic. Here the float64 state is advanced in Python floats, and the
+    camera is ray cast in about 30 numpy calls on arrays laid out per episode: every wall, box and
+    cylinder term of every column in a few flat rows, so that one call does one operation for all of
+    them. Every result equals the batch code's bit for bit (``tests/nav_env/
+    test_single_env_speed_equivalence.py`` compares them): the same IEEE operations on the same
+    values in the same order, float32 where the batch code works in float32, and numpy itself, on
+    arrays shaped as in the batch code, wherever a library routine decides the bits (trigonometry,
+    logarithms). The state lives in the batch arrays as before, so the batch methods (the latency
+    path, the renderer) work on the same env; obstacles are read in by :meth:`load`.
+
+    Two float64 sums of squares follow numpy's own order: ``np.linalg.norm(axis=1)`` adds the three
+    squares left to right; ``np.einsum`` (the path length) may order them by SIMD lane, so its Python
+    form is used only for a step without vertical motion and only when a probe at import finds it
+    equal to ``np.einsum`` on this numpy (else ``np.einsum`` itself is called), and likewise the norm.
+    """
+
+    def __init__(self, cfg: NavConfig):
+        super().__init__(cfg, 1)
+        c, v, a, r = cfg.camera, cfg.vehicle, cfg.arena, cfg.reward
+        w, h = c.width, c.height
+        kc, kb = self.cyl.shape[1], self.box.shape[1]
+        self._kc, self._kb, self._w, self._hw, self._shape = kc, kb, w, w * h, (h, w)
+        self._dt, self._rv, self._dist_scale = v.dt, v.radius, self.dist_scale
+        self._bounds = (v.radius, a.size_x - v.radius, a.size_y - v.radius, a.ceiling - v.radius)
+        self._reward = (float(r.step), float(r.progress), float(r.success), float(r.collision))
+        self._success_radius = cfg.task.success_radius
+        self._time_limit = cfg.task.max_steps * v.dt - 1e-6  # as in BatchSim.score
+        self._max_speed, self._max_yaw_rate, self._ceiling = v.max_speed, v.max_yaw_rate, a.ceiling
+        self._noise = c.noise_std > 0 or c.dropout > 0
+        self._range_lo, self._range_hi = np.float32(0.0), np.float32(c.max_range)
+        self._range_scale = np.float32(1.0 / c.max_range)
+
+        # float64 scratch shaped as the batch code's operands of numpy's transcendental functions
+        self._cos_yaw, self._sin_yaw = np.empty(1), np.empty(1)
+        self._trig_yaw: float | None = None  # the yaw _cos_yaw and _sin_yaw hold
+        self._rel = np.empty((1, 3))  # goal - pos; arctan2 reads its strided columns, as state_features
+        self._rel_y, self._rel_x = self._rel[:, 1], self._rel[:, 0]
+        self._bearing, self._b_sin, self._b_cos = np.empty(1), np.empty(1), np.empty(1)
+        self._delta = np.empty((1, 3))
+
+        # The camera. Row 0 holds x terms and row 1 y terms, in blocks of one value per image column:
+        #   [wall (size) | wall (-0.0: -0.0 - o is -o exactly) | box lo (kb blocks) | box hi (kb) | cylinders (kc)]
+        # geometry minus the vehicle's position then gives every "obstacle coordinate - o" of BatchSim._cast.
+        nwb = (2 + 2 * kb) * w  # walls and boxes: the terms multiplied by 1 / direction
+        n = nwb + kc * w
+        self._nwb = nwb
+        self._geometry = np.zeros((2, n), np.float32)
+        self._geometry[0, :w], self._geometry[1, :w] = a.size_x, a.size_y
+        self._geometry[:, w : 2 * w] = -0.0
+        self._position = np.empty((2, n), np.float32)
+        self._pos_x, self._pos_y = self._position[0], self._position[1]
+        self._offset = np.empty((2, n), np.float32)
+        self._offset_wb = self._offset[:, :nwb]
+        self._offset_c = self._offset[:, nwb:]
+        self._cyl_block = self._geometry[:, nwb:].reshape(2, kc, w)  # cylinder centres, repeated per column
+        self._cyl_xy = self.cyl[0, :, 0:2].T[:, :, None]  # a view: moving cylinders are read as they move
+        self._moving = False  # whether this episode's cylinders move (their block is refreshed per observation)
+        # per-yaw ray data: the columns' directions and their inverses, repeated per block
+        self._yaw32 = np.empty(1, np.float32)
+        self._ray_yaw: float | None = None  # the float32 yaw the ray data below were computed for
+        self._ang = np.empty(w, np.float32)
+        self._dir = np.empty((2, w), np.float32)  # cos, sin of each column's bearing
+        self._inv = np.empty((2, w), np.float32)
+        self._inv_rep = np.empty((2, nwb), np.float32)
+        self._inv_rep_blocks = self._inv_rep.reshape(2, 2 + 2 * kb, w)
+        self._dir_rep = np.empty((2, kc * w), np.float32)
+        self._dir_rep_blocks = self._dir_rep.reshape(2, kc, w)
+        # products and distances
+        self._scaled = np.empty((2, nwb), np.float32)  # offset / direction for walls and boxes
+        self._wall_far, self._wall_near = self._scaled[:, :w], self._scaled[:, w : 2 * w]
+        self._wall_t = np.empty((2, w), np.float32)
+        self._wall_tx, self._wall_ty = self._wall_t[0], self._wall_t[1]
+        self._box_lo, self._box_hi = self._scaled[:, 2 * w : (2 + kb) * w], self._scaled[:, (2 + kb) * w :]
+        self._box_near2, self._box_far2 = np.empty((2, kb * w), np.float32), np.empty((2, kb * w), np.float32)
+        self._box_near2_x, self._box_near2_y = self._box_near2[0], self._box_near2[1]
+        self._box_far2_x, self._box_far2_y = self._box_far2[0], self._box_far2[1]
+        self._box_far = np.empty(kb * w, np.float32)
+        self._box_front = np.empty(kb * w, bool)
+        self._cyl_prod, self._cyl_sq = np.empty((2, kc * w), np.float32), np.empty((2, kc * w), np.float32)
+        self._cyl_prod_x, self._cyl_prod_y = self._cyl_prod[0], self._cyl_prod[1]
+        self._cyl_sq_x, self._cyl_sq_y = self._cyl_sq[0], self._cyl_sq[1]
+        self._cyl_b, self._cyl_c = np.empty(kc * w, np.float32), np.empty(kc * w, np.float32)
+        self._cyl_r2 = np.empty(kc * w, np.float32)  # radius ** 2, repeated per column
+        self._zero = np.zeros(max(kc, kb) * w, np.float32)
+        self._zero_c, self._zero_b = self._zero[: kc * w], self._zero[: kb * w]
+        # hit distance per (row, column): row 0 the walls, then each cylinder, then each box; valid where
+        # in front (misses are masked to infinity, as BatchSim._cast's copyto)
+        self._hit = np.empty((1 + kc + kb, w), np.float32)
+        self._hit_walls = self._hit[0]
+        self._hit_c, self._hit_b = self._hit[1 : 1 + kc].reshape(-1), self._hit[1 + kc :].reshape(-1)
+        self._valid = np.ones((1 + kc + kb, w), bool)
+        self._valid_c, self._valid_b = self._valid[1 : 1 + kc].reshape(-1), self._valid[1 + kc :].reshape(-1)
+        self._inf = np.full((1 + kc + kb, w), np.inf, np.float32)
+        self._t = np.empty(w, np.float32)
+        self._planar = np.empty(w, np.float32)
+        self._z32 = np.empty(1, np.float32)
+        self._surf_z: float | None = None  # the float32 altitude _surf was computed for
+        self._surf = np.empty((h, 1), np.float32)
+
+        # per-episode collision data (see load): static cylinders (x, y, threshold), moving ones, boxes
+        self._cyl_static: list[tuple[float, float, float]] = []
+        self._cyl_moving = np.zeros(0, dtype=np.intp)
+        self._cyl_moving_thr: list[float] = []
+        self._boxes: list[tuple[float, float, float, float]] = []
+
+        # camera noise: the per-pixel term of the hash is the same every step
+        self._salts = [s for s, on in ((0x68E31DA4, c.noise_std > 0), (0xB5297A4D, c.noise_std > 0)) if on] + (
+            [0x1B56C4E9] if c.dropout > 0 else []
+        )
+        self._pixel_hash = self.pixel_index * np.uint32(0xC2B2AE3D)
+        ns = len(self._salts)
+        self._salt_key = np.empty((ns, 1), np.uint32)
+        self._hash = np.empty((ns, w * h), np.uint32)
+        self._hash_tmp = np.empty((ns, w * h), np.uint32)
+        self._uniform = np.empty((ns, w * h), np.float32)
+        self._gauss = np.empty(w * h, np.float32)
+        self._gauss2 = np.empty(w * h, np.float32)
+        self._dropped = np.empty(w * h, bool)
+
+    # ------------------------------------------------------------------ episodes
+    def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
+        super().load(idx, episodes)
+        cfg, rv, w, kb = self.cfg, self._rv, self._w, self._kb
+        cyl, box = self.cyl[0], self.box[0]
+        # ray casting: the episode's obstacle coordinates, each repeated once per image column
+        g = self._geometry
+        g[0, 2 * w : (2 + kb) * w] = np.repeat(box[:, 0], w)
+        g[1, 2 * w : (2 + kb) * w] = np.repeat(box[:, 1], w)
+        g[0, (2 + kb) * w : self._nwb] = np.repeat(box[:, 2], w)
+        g[1, (2 + kb) * w : self._nwb] = np.repeat(box[:, 3], w)
+        self._cyl_block[...] = self._cyl_xy
+        self._cyl_r2[:] = np.repeat(cyl[:, 2] ** 2, w)  # BatchSim._cast's (cyl[:, :, 2] ** 2)
+        # collision: BatchSim.collided's thresholds (in float32, as there)
+        thr = ((cyl[:, 2] + rv) ** 2).tolist()
+        moving = (cyl[:, 3] != 0) | (cyl[:, 4] != 0)  # a zero velocity never changes (see _move_obstacles)
+        self._moving = bool(moving.any())
+        # A static obstacle farther than this outside the arena (parked slots) cannot touch a vehicle that is
+        # inside it, and collided() reports a vehicle outside it anyway: skipping it changes no result.
+        reach = rv + 1.0
+        sx, sy = cfg.arena.size_x, cfg.arena.size_y
+        self._cyl_static = [
+            (x, y, t)
+            for (x, y, rad), t, m in zip(cyl[:, 0:3].tolist(), thr, moving.tolist())
+            if not m and -(rad + reach) < x < sx + rad + reach and -(rad + reach) < y < sy + rad + reach
+        ]
+        self._cyl_moving = np.flatnonzero(moving)
+        self._cyl_moving_thr = [thr[i] for i in self._cyl_moving.tolist()]
+        self._boxes = [
+            (x0, y0, x1, y1)
+            for x0, y0, x1, y1 in box.tolist()
+            if x0 < sx + reach and x1 > -reach and y0 < sy + reach and y1 > -reach
+        ]
+
+    # ------------------------------------------------------------------ dynamics
+    def step_one(
+        self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None
+    ) -> tuple[float, bool, bool, bool, bool]:
+        """:meth:`BatchSim.step` for the one env with setpoint ``cmd`` (4,): reward, terminated,
+        truncated, collision, success as Python scalars. A delayed step takes the batch code."""
+        if delay is None and period is None or self._lockstep(delay, period):
+            return self._lockstep_one(cmd)
+        reward, terminated, truncated, collision, success = self.step(cmd[None], delay, period)
+        return float(reward[0]), bool(terminated[0]), bool(truncated[0]), bool(collision[0]), bool(success[0])
+
+    def _lockstep_one(self, cmd: np.ndarray) -> tuple[float, bool, bool, bool, bool]:
+        """BatchSim._lockstep_step, operation for operation, in Python floats."""
+        a, dt = self.alpha, self._dt
+        self.held[0] = cmd
+        c0, c1, c2, c3 = cmd.tolist()
+        yaw_rate = self.yaw_rate.item()
+        yaw_rate += a * (c3 - yaw_rate)
+        yaw = (self.yaw.item() + yaw_rate * dt + math.pi) % _TWO_PI - math.pi  # np.remainder's result
+        self.yaw_rate[0] = yaw_rate
+        self.yaw[0] = yaw
+        c, s = self._yaw_trig(yaw)
+        vx, vy, vz = self.vel[0].tolist()
+        vx += a * (c * c0 - s * c1 - vx)
+        vy += a * (s * c0 + c * c1 - vy)
+        vz += a * (c2 - vz)
+        self.vel[0] = vx, vy, vz
+        dx, dy, dz = vx * dt, vy * dt, vz * dt
+        px, py, pz = self.pos[0].tolist()
+        px, py, pz = px + dx, py + dy, pz + dz
+        self.pos[0] = px, py, pz
+        self.path_length[0] = self.path_length.item() + self._step_length(dx, dy, dz)
+        self.steps[0] = self.steps.item() + 1
+        self.flight_time[0] = self.flight_time.item() + dt
+        if self.has_moving:
+            self._move_obstacles(dt)
+        return self._score_one(px, py, pz, self._collided_one(px, py, pz))
+
+    def _yaw_trig(self, yaw: float) -> tuple[float, float]:
+        """cos and sin of the current yaw (self.yaw[0] == yaw), by numpy on the (1,) state array."""
+        if yaw != self._trig_yaw:
+            np.cos(self.yaw, out=self._cos_yaw)
+            np.sin(self.yaw, out=self._sin_yaw)
+            self._trig_yaw = yaw
+        return self._cos_yaw.item(), self._sin_yaw.item()
+
+    def _step_length(self, dx: float, dy: float, dz: float) -> float:
+        if dz == 0.0 and _EINSUM_PLANAR_IS_PLAIN:
+            return math.sqrt(dx * dx + dy * dy)
+        d = self._delta
+        d[0] = dx, dy, dz
+        return math.sqrt(np.einsum("ij,ij->i", d, d).item())
+
+    def _collided_one(self, x: float, y: float, z: float) -> bool:
+        """BatchSim.collided for the one env (exact comparisons on the same float64 values)."""
+        rv, hi_x, hi_y, hi_z = self._bounds
+        if x < rv or x > hi_x or y < rv or y > hi_y or z < rv or z > hi_z:
+            return True
+        for cx, cy, thr in self._cyl_static:
+            ex, ey = cx - x, cy - y
+            if ex * ex + ey * ey < thr:
+                return True
+        if len(self._cyl_moving):
+            for (cx, cy), thr in zip(self.cyl[0, self._cyl_moving, 0:2].tolist(), self._cyl_moving_thr):
+                ex, ey = cx - x, cy - y
+                if ex * ex + ey * ey < thr:
+                    return True
+        rv2 = rv * rv
+        for x0, y0, x1, y1 in self._boxes:
+            ex, ey = x0 - x, y0 - y
+            ex = ex if ex >= 0.0 else 0.0
+            ey = ey if ey >= 0.0 else 0.0
+            fx, fy = x - x1, y - y1
+            ex = ex if ex >= fx else fx
+            ey = ey if ey >= fy else fy
+            if ex * ex + ey * ey < rv2:
+                return True
+        return False
+
+    def _score_one(self, x: float, y: float, z: float, collision: bool) -> tuple[float, bool, bool, bool, bool]:
+        """BatchSim.score for the one env (lockstep: a step share of 1)."""
+        dist = self._goal_distance(x, y, z)
+        success = dist < self._success_radius and not collision
+        step, progress, r_success, r_collision = self._reward
+        reward = (
+            step
+            + progress * (self.prev_dist.item() - dist)
+            + r_success * (1.0 if success else 0.0)
+            + r_collision * (1.0 if collision else 0.0)
+        )
+        self.prev_dist[0] = dist
+        terminated = success or collision
+        truncated = self.flight_time.item() >= self._time_limit and not terminated
+        return reward, terminated, truncated, collision, success
+
+    def _goal_distance(self, x: float, y: float, z: float) -> float:
+        """np.linalg.norm(goal - pos, axis=1)[0]; stores goal - pos in self._rel."""
+        gx, gy, gz = self.goal[0].tolist()
+        rx, ry, rz = gx - x, gy - y, gz - z
+        self._rel[0] = rx, ry, rz
+        if _NORM_IS_PLAIN:
+            return math.sqrt(rx * rx + ry * ry + rz * rz)
+        return float(np.linalg.norm(self._rel, axis=1)[0])
+
+    def info_one(self, collision: bool, success: bool) -> dict:
+        """BatchSim.info(0, collision, success)."""
+        return {
+            "is_success": success,
+            "collision": collision,
+            "distance_to_goal": self.prev_dist.item(),
+            "start_distance": self.start_dist.item(),
+            "path_length": self.path_length.item(),
+            "steps": self.steps.item(),
+            "flight_time": self.flight_time.item(),
+            "zone": self.zone.item(),
+        }
+
+    # ------------------------------------------------------------------ sensing
+    def observe_one(self) -> np.ndarray:
+        """BatchSim.observe()[0]: a new flat float32 observation."""
+        out = np.empty(self.cfg.obs_dim, dtype=np.float32)
+        x, y, z = self.pos[0].tolist()
+        yaw = self.yaw.item()
+        image = out[: self._hw]
+        self._depth_one(image.reshape(self._shape), x, y, z, yaw)
+        if self._noise:
+            self._corrupt_one(image)
+        out[self._hw :] = self._features_one(x, y, z, yaw)
+        return out
+
+    def _features_one(self, x: float, y: float, z: float, yaw: float) -> tuple[float, ...]:
+        """BatchSim.state_features for the one env, as Python floats (rounded to float32 when stored)."""
+        dist = self._goal_distance(x, y, z)
+        b = self._bearing
+        np.arctan2(self._rel_y, self._rel_x, out=b)
+        b[0] = b.item() - yaw
+        np.sin(b, out=self._b_sin)
+        np.cos(b, out=self._b_cos)
+        c, s = self._yaw_trig(yaw)
+        vx, vy, vz = self.vel[0].tolist()
+        ms = self._max_speed
+        d = dist / self._dist_scale
+        return (
+            d if d <= 1.0 or d != d else 1.0,  # np.minimum(d, 1.0)
+            self._b_sin.item(),
+            self._b_cos.item(),
+            _clip((c * vx + s * vy) / ms, -1.0, 1.0),
+            _clip((-s * vx + c * vy) / ms, -1.0, 1.0),
+            _clip(vz / ms, -1.0, 1.0),
+            _clip(self.yaw_rate.item() / self._max_yaw_rate, -1.0, 1.0),
+            _clip(z / self._ceiling, 0.0, 1.0),
+        )
+
+    def _depth_one(self, image: np.ndarray, x: float, y: float, z: float, yaw: float) -> None:
+        """BatchSim.depth for the one env, written into ``image`` (H, W)."""
+        self._pos_x.fill(x)  # float64 -> float32, as astype
+        self._pos_y.fill(y)
+        self._yaw32[0] = yaw
+        self._z32[0] = z
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            yaw32 = self._yaw32.item()
+            if yaw32 != self._ray_yaw:  # rays depend on the float32 yaw only
+                np.add(self._yaw32, self.col_angle, out=self._ang)
+                np.cos(self._ang, out=self._dir[0])
+                np.sin(self._ang, out=self._dir[1])
+                np.divide(1.0, self._dir, out=self._inv)
+                self._inv_rep_blocks[...] = self._inv[:, None, :]
+                self._dir_rep_blocks[...] = self._dir[:, None, :]
+                self._ray_yaw = yaw32
+            np.multiply(self._cast_one(), self.col_cos, out=self._planar)
+            z32 = self._z32.item()
+            if z32 != self._surf_z:  # floor and ceiling depend on the float32 altitude only
+                zz = self._z32[:, None]
+                surf = np.where(
+                    self.row_tan > 0, zz / self.row_tan, (np.float32(self.cfg.arena.ceiling) - zz) / -self.row_tan
+                )
+                self._surf[:, 0] = surf[0]
+                self._surf_z = z32
+        np.minimum(self._planar[None, :], self._surf, out=image)
+        image.clip(self._range_lo, self._range_hi, out=image)
+        np.multiply(image, self._range_scale, out=image)
+
+    def _cast_one(self) -> np.ndarray:
+        """BatchSim._cast for the one env: distance along each column's ray to the first wall or obstacle.
+
+        The same float32 operations as there, on every (obstacle, column) pair at once: walls
+        ``max((size - o) / d, -o / d)`` per axis and the nearer axis; cylinders ``b - sqrt(b*b - c)``; boxes
+        by slabs; a miss (NaN, behind, or an empty slab) is infinitely far; the nearest of all wins.
+        """
+        if self._moving:
+            self._cyl_block[...] = self._cyl_xy
+        np.subtract(self._geometry, self._position, out=self._offset)
+        np.multiply(self._offset_wb, self._inv_rep, out=self._scaled)
+        np.maximum(self._wall_far, self._wall_near, out=self._wall_t)
+        np.minimum(self._wall_tx, self._wall_ty, out=self._hit_walls)
+        if not (self._kc or self._kb):
+            return self._hit_walls
+        if self._kc:
+            oc, prod, sq, b, cc, h = self._offset_c, self._cyl_prod, self._cyl_sq, self._cyl_b, self._cyl_c, self._hit_c
+            np.multiply(self._dir_rep, oc, out=prod)  # dx * rx, dy * ry
+            np.add(self._cyl_prod_x, self._cyl_prod_y, out=b)
+            np.multiply(oc, oc, out=sq)
+            np.add(self._cyl_sq_x, self._cyl_sq_y, out=cc)
+            np.subtract(cc, self._cyl_r2, out=cc)
+            np.multiply(b, b, out=h)
+            np.subtract(h, cc, out=h)
+            np.sqrt(h, out=h)
+            np.subtract(b, h, out=h)  # NaN where the ray misses; <= 0 when behind
+            np.greater(h, self._zero_c, out=self._valid_c)
+        if self._kb:
+            near, far, ok = self._hit_b, self._box_far, self._valid_b
+            np.minimum(self._box_lo, self._box_hi, out=self._box_near2)
+            np.maximum(self._box_lo, self._box_hi, out=self._box_far2)
+            np.maximum(self._box_near2_x, self._box_near2_y, out=near)
+            np.minimum(self._box_far2_x, self._box_far2_y, out=far)
+            np.less_equal(near, far, out=ok)
+            np.greater(near, self._zero_b, out=self._box_front)
+            np.logical_and(ok, self._box_front, out=ok)
+        return np.minimum.reduce(np.where(self._valid, self._hit, self._inf), axis=0, out=self._t)
+
+    def _corrupt_one(self, flat: np.ndarray) -> None:
+        """BatchSim._corrupt for the one env: the same hash, with its per-pixel term precomputed."""
+        cam = self.cfg.camera
+        mask = 0xFFFFFFFF
+        key, step = self.noise_key.item(), self.steps.item() & mask
+        head = ((key * 0x9E3779B1) & mask) ^ ((step * 0x85EBCA77) & mask)
+        self._salt_key[:, 0] = [head ^ s for s in self._salts]
+        h, tmp, u = self._hash, self._hash_tmp, self._uniform
+        np.bitwise_xor(self._pixel_hash, self._salt_key, out=h)
+        np.right_shift(h, _U16, out=tmp)
+        h ^= tmp
+        h *= _MIX1
+        np.right_shift(h, _U13, out=tmp)
+        h ^= tmp
+        h *= _MIX2
+        np.right_shift(h, _U16, out=tmp)
+        h ^= tmp
+        np.right_shift(h, _U8, out=tmp)
+        np.copyto(u, tmp, casting="unsafe")
+        u += np.float32(1.0)
+        u *= np.float32(1.0 / (1 << 24))
+        if cam.noise_std > 0:
+            g, g2 = self._gauss, self._gauss2
+            np.log(u[1], out=g)
+            np.multiply(-2.0, g, out=g)
+            np.sqrt(g, out=g)
+            np.multiply(np.float32(2 * math.pi), u[0], out=g2)
+            np.cos(g2, out=g2)
+            g *= g2
+            np.multiply(np.float32(cam.noise_std), g, out=g)
+            flat += g
+            np.clip(flat, 0.0, 1.0, out=flat)
+        if cam.dropout > 0:
+            np.less(u[-1], cam.dropout, out=self._dropped)
+            flat[self._dropped] = 0.0
+
+
+_TWO_PI = 2 * math.pi
+_U8, _U13, _U16 = np.uint32(8), np.uint32(13), np.uint32(16)
+_MIX1, _MIX2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    """np.clip of a float64: min(max(x, lo), hi) with numpy's tie and NaN rules."""
+    if x != x:
+        return x
+    m = x if x > lo else lo
+    return m if m < hi else hi
+
+
+def _probe_sums() -> tuple[bool, bool]:
+    """Whether, on this numpy, ``np.linalg.norm(v, axis=1)`` of a (1, 3) row is sqrt of the squares added
+    left to right and ``np.einsum("ij,ij->i")`` of a row (x, y, 0) is x*x + y*y (no fused multiply-add)."""
+    rng = np.random.default_rng(12345)
+    rows = rng.standard_normal((256, 3)) * rng.choice([1e-3, 1.0, 30.0], (256, 3))
+    norm_ok = einsum_ok = True
+    for x, y, z in rows.tolist():
+        v = np.array([[x, y, z]])
+        norm_ok &= float(np.linalg.norm(v, axis=1)[0]) == math.sqrt(x * x + y * y + z * z)
+        w = np.array([[x, y, 0.0]])
+        einsum_ok &= np.einsum("ij,ij->i", w, w).item() == x * x + y * y
+    return norm_ok, einsum_ok
+
+
+_NORM_IS_PLAIN, _EINSUM_PLANAR_IS_PLAIN = _probe_sums()

@@ -1,0 +1,187 @@
+"""NavEnv's fast one-env path (nav_env.sim.SingleSim) against the batch code it replaces, bit for bit.
+
+The reference is the same NavEnv with ``env.sim`` a plain ``BatchSim``: NavEnv then steps through the
+batch code (``BatchSim.step`` / ``observe`` / ``info``), i.e. the single env as it was before the fast
+path. Both fly the same seeded episodes under the same actions; every step's observation (its bytes,
+so -0.0 and NaN payloads count), reward, flags, ``info`` (values and types), the simulator's state arrays
+and the trajectory must be identical.
+"""
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from nav_env.arena import make_episode
+from nav_env.baselines import HeuristicPolicy
+from nav_env.env import NavEnv
+from nav_env.sim import BatchSim, SingleSim
+
+STATE = ("pos", "vel", "yaw", "yaw_rate", "held", "prev_dist", "path_length", "steps", "flight_time", "cyl", "box")
+
+
+def pair(level: str, overrides: dict | None = None) -> tuple[NavEnv, NavEnv]:
+    fast, ref = NavEnv(level, overrides=overrides), NavEnv(level, overrides=overrides)
+    assert isinstance(fast.sim, SingleSim)
+    ref.sim = BatchSim(ref.cfg, 1)  # the batch code path
+    return fast, ref
+
+
+def bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def same_step(a: tuple, b: tuple, where: str) -> None:
+    obs_a, r_a, te_a, tr_a, info_a = a
+    obs_b, r_b, te_b, tr_b, info_b = b
+    assert obs_a.dtype == obs_b.dtype == np.float32 and obs_a.shape == obs_b.shape, where
+    assert obs_a.tobytes() == obs_b.tobytes(), f"{where}: observation differs at {np.flatnonzero(obs_a != obs_b)[:8]}"
+    assert type(r_a) is type(r_b) is float and bits(r_a) == bits(r_b), f"{where}: reward {r_a!r} != {r_b!r}"
+    assert (te_a, tr_a) == (te_b, tr_b) and all(type(f) is bool for f in (te_a, tr_a, te_b, tr_b)), where
+    same_info(info_a, info_b, where)
+
+
+def same_info(a: dict, b: dict, where: str) -> None:
+    assert list(a) == list(b), where
+    for k in a:
+        assert type(a[k]) is type(b[k]), f"{where}: info[{k!r}] {type(a[k])} != {type(b[k])}"
+        if isinstance(a[k], float):
+            assert bits(a[k]) == bits(b[k]), f"{where}: info[{k!r}] {a[k]!r} != {b[k]!r}"
+        else:
+            assert a[k] == b[k], f"{where}: info[{k!r}] {a[k]!r} != {b[k]!r}"
+
+
+def same_state(fast: NavEnv, ref: NavEnv, where: str) -> None:
+    for name in STATE:
+        x, y = getattr(fast.sim, name), getattr(ref.sim, name)
+        assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), f"{where}: sim.{name} differs"
+    assert [len(q) for q in fast.sim.in_flight] == [len(q) for q in ref.sim.in_flight], where
+
+
+def fly_pair(fast: NavEnv, ref: NavEnv, seed: int, choose, delays=None, steps: int = 600) -> int:
+    """One episode in both; ``choose(obs, t)`` gives the action. Returns the number of steps flown."""
+    a, b = fast.reset(seed=seed), ref.reset(seed=seed)
+    assert a[0].tobytes() == b[0].tobytes(), f"seed {seed}: reset observation differs"
+    same_info(a[1], b[1], f"seed {seed} reset")
+    obs = a[0]
+    for t in range(steps):
+        if delays is not None:
+            fast.set_latency(*delays[t])
+            ref.set_latency(*delays[t])
+        action = choose(obs, t)
+        a, b = fast.step(action), ref.step(action)
+        where = f"seed {seed} step {t}"
+        same_step(a, b, where)
+        same_state(fast, ref, where)
+        obs = a[0]
+        if a[2] or a[3]:
+            break
+    assert np.array(fast.trajectory).tobytes() == np.array(ref.trajectory).tobytes()
+    return t + 1
+
+
+CASES = [
+    ("default", None),
+    ("easy", None),
+    ("hard", None),  # moving obstacles, camera noise and dropout
+    ("hard", {"camera.width": 64, "camera.height": 64}),
+    ("default", {"camera.width": 48, "camera.height": 20, "camera.vfov_deg": 50.0, "camera.dropout": 0.1}),
+]
+
+
+@pytest.mark.parametrize(("level", "overrides"), CASES)
+def test_random_actions_match_the_batch_code(level, overrides):
+    fast, ref = pair(level, overrides)
+    flown = 0
+    kinds = (int, np.int64, np.int32)  # a plain int, numpy integers of two widths: what callers pass
+    for seed in range(30):
+        rng = np.random.default_rng(1000 + seed)
+        flown += fly_pair(fast, ref, seed, lambda obs, t, rng=rng: kinds[t % 3](rng.integers(0, 25)))
+    assert flown > 1500
+
+
+@pytest.mark.parametrize("level", ["default", "hard", "easy"])
+def test_heuristic_flights_match_the_batch_code(level):
+    """Goal-seeking flights: successes and time limits, not only crashes."""
+    fast, ref = pair(level)
+    policy = HeuristicPolicy(fast.cfg)
+    ends = set()
+    for seed in range(12):
+        n = fly_pair(fast, ref, 500 + seed, lambda obs, t: int(policy(obs[None])[0]))
+        ends.add("success" if fast.sim.info_one(False, False)["distance_to_goal"] < 1.5 else n)
+    assert "success" in ends
+
+
+def test_continuous_actions_match_the_batch_code():
+    """Vertical motion (the einsum path length), any heading, the floor and the ceiling."""
+    overrides = {"task.action_type": "continuous"}
+    fast, ref = pair("default", overrides)
+    high = np.array([5.0, 5.0, 5.0, 2.0])
+    flown = 0
+    shapes = (lambda a: a, lambda a: a.astype(np.float32), lambda a: a[None], lambda a: a.tolist())
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        flown += fly_pair(fast, ref, seed, lambda obs, t, rng=rng: shapes[t % 4](rng.uniform(-high, high)))
+    assert flown > 200
+
+
+def test_latency_steps_and_the_return_to_lockstep_match_the_batch_code():
+    """Delayed steps take the batch code in both; lockstep steps after them (commands still in flight
+    or not) the fast path, which must pick the state up exactly."""
+    for level in ("default", "hard"):
+        fast, ref = pair(level)
+        for seed in range(6):
+            rng = np.random.default_rng(seed)
+            delays = []
+            for t in range(600):
+                phase = (t // 15) % 4
+                d = 0.0 if phase in (0, 2) else float(rng.uniform(0.0, 0.25))
+                delays.append((d, None if phase != 3 else float(rng.uniform(0.05, 0.2))))
+            fly_pair(fast, ref, seed, lambda obs, t, rng=rng: int(rng.integers(0, 25)), delays=delays)
+
+
+def test_hand_built_scenes_match_the_batch_code():
+    """Obstacles at the walls, overlapping, partly outside the arena; a moving one; reset with options."""
+    fast, ref = pair("hard")
+    scenes = [
+        make_episode(
+            fast.cfg,
+            (5.0, 5.0),
+            (25.0, 25.0),
+            yaw=math.pi / 4,
+            cylinders=[(10.0, 10.0, 1.0), (0.2, 15.0, 1.2), (15.0, 30.5, 0.8), (10.5, 10.5, 0.6)],
+            boxes=[(18.0, 18.0, 21.0, 19.0), (-1.0, 20.0, 1.0, 23.0), (29.5, 2.0, 31.0, 4.0)],
+            moving=[(15.0, 12.0, 0.5, 1.5, -0.7)],
+            noise_key=7,
+        ),
+        make_episode(fast.cfg, (3.0, 27.0), (27.0, 3.0), yaw=-2.0, moving=[(20.0, 10.0, 0.8, -1.2, 1.3)]),
+    ]
+    for k, ep in enumerate(scenes):
+        for seed in range(8):
+            rng = np.random.default_rng(seed)
+            a, b = fast.reset(options={"episode": ep}), ref.reset(options={"episode": ep})
+            assert a[0].tobytes() == b[0].tobytes()
+            for t in range(500):
+                action = int(rng.integers(0, 25))
+                a, b = fast.step(action), ref.step(action)
+                same_step(a, b, f"scene {k} seed {seed} step {t}")
+                same_state(fast, ref, f"scene {k} seed {seed} step {t}")
+                if a[2] or a[3]:
+                    break
+
+
+def test_bad_actions_fail_alike():
+    fast, ref = pair("default")
+    for env in (fast, ref):
+        env.reset(seed=0)
+    for bad in (25, -1, True, 2.5, np.array([1, 2]), "3"):
+        errors = []
+        for env in (fast, ref):
+            with pytest.raises((ValueError, TypeError)) as e:
+                env.step(bad)
+            errors.append((type(e.value), str(e.value)))
+        assert errors[0] == errors[1], bad
+    # an integral float and a 0-d array are accepted by both, as before
+    for ok in (3.0, np.array(4), np.float64(6.0)):
+        same_step(fast.step(ok), ref.step(ok), repr(ok))
