@@ -4,7 +4,9 @@
     python -m nav_env.bench --camera 144x256      # Air Learning-sized depth image (default 32x32)
 
 Random actions, autoresets included, one thread. The three are measured in interleaved rounds in the
-same run and the ratio native / Sync is reported from the medians.
+same run and two ratios are reported from the medians: native / Sync, and single / native, the single
+env's env-step rate over the native vector env's (the price of stepping one env at a time, as the HIL
+loop does, against the batched cost of one env-step).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import gymnasium as gym
 import numpy as np
 
 from airq_cli import ArgumentParser, UserError, output_file, run, write_json
-from firmware_bridge.device import cpu_model  # stdlib only: the one description of a CPU, device and host
+
+# stdlib only: the one description of a CPU, device, host and package versions
+from firmware_bridge.device import cpu_model, format_versions, package_versions
 from nav_env.config import camera_overrides, load_level
 from nav_env.env import NavEnv
 from nav_env.vector import NavVectorEnv
@@ -94,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "env_steps_per_s": med,
         "native_over_sync": med["native_vector"] / med["sync_vector"],
+        "single_over_native": med["single"] / med["native_vector"],
+        "single_over_native_by_round": [s / n for s, n in zip(runs["single"], runs["native_vector"])],
         "machine": {
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "numpy": np.__version__,
         },
+        "versions": package_versions(),
     }
     print(
         f"level {args.level}, camera {args.camera or '32x32'}, {args.num_envs} envs, random actions with autoreset, one thread ({result['machine']['cpu']})"
@@ -108,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in med.items():
         print(f"{k:<22}{v:>14,.0f}")
     print(f"native / SyncVectorEnv: {result['native_over_sync']:.1f}x")
+    by_round = result["single_over_native_by_round"]
+    print(
+        f"single / native (env-steps/s of one NavEnv over the native vector env's): "
+        f"{result['single_over_native']:.2f} ({result['single_over_native']:.0%}; rounds {min(by_round):.2f}-{max(by_round):.2f})"
+    )
+    print(format_versions(result["versions"]))
     if args.out:
         write_json(args.out, result, indent=2)
     return 0

@@ -449,51 +449,57 @@ class SingleSim(BatchSim):
         self._bearing, self._b_sin, self._b_cos = np.empty(1), np.empty(1), np.empty(1)
         self._delta = np.empty((1, 3))
 
-        # The camera. Row 0 holds x terms and row 1 y terms, in blocks of one value per image column:
-        #   [wall (size) | wall (-0.0: -0.0 - o is -o exactly) | box lo (kb blocks) | box hi (kb) | cylinders (kc)]
-        # geometry minus the vehicle's position then gives every "obstacle coordinate - o" of BatchSim._cast.
-        nwb = (2 + 2 * kb) * w  # walls and boxes: the terms multiplied by 1 / direction
-        n = nwb + kc * w
-        self._nwb = nwb
-        self._geometry = np.zeros((2, n), np.float32)
-        self._geometry[0, :w], self._geometry[1, :w] = a.size_x, a.size_y
-        self._geometry[:, w : 2 * w] = -0.0
-        self._position = np.empty((2, n), np.float32)
-        self._pos_x, self._pos_y = self._position[0], self._position[1]
-        self._offset = np.empty((2, n), np.float32)
-        self._offset_wb = self._offset[:, :nwb]
-        self._offset_c = self._offset[:, nwb:]
-        self._cyl_block = self._geometry[:, nwb:].reshape(2, kc, w)  # cylinder centres, repeated per column
+        # The camera: every term of BatchSim._cast as one float32 value per (obstacle, image column), in
+        # blocks laid out so that each operation below is one numpy call on contiguous memory:
+        #   [cx | cy | "far" y | "far" x | "near" y | "near" x],  far = [wall (size) | box lo, per box]
+        #   and near = [wall (-0.0, as -0.0 - o is -o exactly) | box hi, per box],
+        # every block repeated per column. Geometry minus the vehicle's position (five runs of x or y) then
+        # gives each "coordinate - o"; far and near times 1 / direction give the walls' and the slabs' ends.
+        kcw, half = kc * w, (1 + kb) * w
+        n = 2 * kcw + 4 * half
+        self._kcw, self._half = kcw, half
+        self._geometry = np.zeros(n, np.float32)
+        g_far, g_near = self._geometry[2 * kcw : 2 * kcw + 2 * half], self._geometry[2 * kcw + 2 * half :]
+        g_far[:w], g_far[half : half + w] = a.size_y, a.size_x
+        g_near[:w], g_near[half : half + w] = -0.0, -0.0
+        self._cyl_block = self._geometry[: 2 * kcw].reshape(2, kc, w)  # centres, repeated per column
         self._cyl_xy = self.cyl[0, :, 0:2].T[:, :, None]  # a view: moving cylinders are read as they move
         self._moving = False  # whether this episode's cylinders move (their block is refreshed per observation)
-        # per-yaw ray data: the columns' directions and their inverses, repeated per block
+        self._position = np.empty(n, np.float32)
+        # the runs of x and of y in the layout above
+        pos = self._position
+        self._pos_runs_x = (pos[:kcw], pos[2 * kcw + half : 2 * kcw + 2 * half], pos[2 * kcw + 3 * half :])
+        self._pos_runs_y = (pos[kcw : 2 * kcw + half], pos[2 * kcw + 2 * half : 2 * kcw + 3 * half])
+        self._offset = np.empty(n, np.float32)
+        self._offset_c, self._offset_wb = self._offset[: 2 * kcw], self._offset[2 * kcw :]
+        # per-yaw ray data: the columns' directions and their inverses, repeated as the blocks above
         self._yaw32 = np.empty(1, np.float32)
         self._ray_yaw: float | None = None  # the float32 yaw the ray data below were computed for
         self._ang = np.empty(w, np.float32)
         self._dir = np.empty((2, w), np.float32)  # cos, sin of each column's bearing
-        self._inv = np.empty((2, w), np.float32)
-        self._inv_rep = np.empty((2, nwb), np.float32)
-        self._inv_rep_blocks = self._inv_rep.reshape(2, 2 + 2 * kb, w)
-        self._dir_rep = np.empty((2, kc * w), np.float32)
+        self._inv_yx = np.empty((2, w), np.float32)  # 1 / sin, 1 / cos
+        self._inv_rep = np.empty(4 * half, np.float32)
+        self._inv_rep_blocks = self._inv_rep.reshape(2, 2, 1 + kb, w)
+        self._dir_rep = np.empty(2 * kcw, np.float32)
         self._dir_rep_blocks = self._dir_rep.reshape(2, kc, w)
-        # products and distances
-        self._scaled = np.empty((2, nwb), np.float32)  # offset / direction for walls and boxes
-        self._wall_far, self._wall_near = self._scaled[:, :w], self._scaled[:, w : 2 * w]
-        self._wall_t = np.empty((2, w), np.float32)
-        self._wall_tx, self._wall_ty = self._wall_t[0], self._wall_t[1]
-        self._box_lo, self._box_hi = self._scaled[:, 2 * w : (2 + kb) * w], self._scaled[:, (2 + kb) * w :]
-        self._box_near2, self._box_far2 = np.empty((2, kb * w), np.float32), np.empty((2, kb * w), np.float32)
-        self._box_near2_x, self._box_near2_y = self._box_near2[0], self._box_near2[1]
-        self._box_far2_x, self._box_far2_y = self._box_far2[0], self._box_far2[1]
+        # walls and boxes: scaled = offset / direction; max and min of far and near
+        self._scaled = np.empty(4 * half, np.float32)
+        self._scaled_far, self._scaled_near = self._scaled[: 2 * half], self._scaled[2 * half :]
+        self._max = np.empty(2 * half, np.float32)  # [wall y, box far y | wall x, box far x]
+        self._min = np.empty(2 * half, np.float32)  # [(unused), box near y | (unused), box near x]
+        self._wall_y, self._wall_x = self._max[:w], self._max[half : half + w]
+        self._far_y, self._far_x = self._max[w:half], self._max[half + w :]
+        self._near_y, self._near_x = self._min[w:half], self._min[half + w :]
         self._box_far = np.empty(kb * w, np.float32)
         self._box_front = np.empty(kb * w, bool)
-        self._cyl_prod, self._cyl_sq = np.empty((2, kc * w), np.float32), np.empty((2, kc * w), np.float32)
-        self._cyl_prod_x, self._cyl_prod_y = self._cyl_prod[0], self._cyl_prod[1]
-        self._cyl_sq_x, self._cyl_sq_y = self._cyl_sq[0], self._cyl_sq[1]
-        self._cyl_b, self._cyl_c = np.empty(kc * w, np.float32), np.empty(kc * w, np.float32)
-        self._cyl_r2 = np.empty(kc * w, np.float32)  # radius ** 2, repeated per column
+        # cylinders
+        self._cyl_prod, self._cyl_sq = np.empty(2 * kcw, np.float32), np.empty(2 * kcw, np.float32)
+        self._cyl_prod_x, self._cyl_prod_y = self._cyl_prod[:kcw], self._cyl_prod[kcw:]
+        self._cyl_sq_x, self._cyl_sq_y = self._cyl_sq[:kcw], self._cyl_sq[kcw:]
+        self._cyl_b, self._cyl_c = np.empty(kcw, np.float32), np.empty(kcw, np.float32)
+        self._cyl_r2 = np.empty(kcw, np.float32)  # radius ** 2, repeated per column
         self._zero = np.zeros(max(kc, kb) * w, np.float32)
-        self._zero_c, self._zero_b = self._zero[: kc * w], self._zero[: kb * w]
+        self._zero_c, self._zero_b = self._zero[:kcw], self._zero[: kb * w]
         # hit distance per (row, column): row 0 the walls, then each cylinder, then each box; valid where
         # in front (misses are masked to infinity, as BatchSim._cast's copyto)
         self._hit = np.empty((1 + kc + kb, w), np.float32)
@@ -508,11 +514,18 @@ class SingleSim(BatchSim):
         self._surf_z: float | None = None  # the float32 altitude _surf was computed for
         self._surf = np.empty((h, 1), np.float32)
 
-        # per-episode collision data (see load): static cylinders (x, y, threshold), moving ones, boxes
-        self._cyl_static: list[tuple[float, float, float]] = []
+        # per-episode collision data (see load): the static obstacles that can touch a vehicle in each cell
+        # of a grid over the arena, as cylinders (x, y, threshold) and boxes (x0, y0, x1, y1); the moving
+        # cylinders (slots, thresholds, and their rows of self.cyl when those are contiguous)
+        self._cells_x = max(1, math.ceil(a.size_x / _GRID_CELL))
+        self._cells_y = max(1, math.ceil(a.size_y / _GRID_CELL))
+        self._cell_cyl: list[list[tuple[float, float, float]]] = []
+        self._cell_box: list[list[tuple[float, float, float, float]]] = []
         self._cyl_moving = np.zeros(0, dtype=np.intp)
         self._cyl_moving_thr: list[float] = []
-        self._boxes: list[tuple[float, float, float, float]] = []
+        self._moving_rows: np.ndarray | None = None
+        self._dt32 = np.float32(v.dt)
+        self._size32 = (float(np.float32(a.size_x)), float(np.float32(a.size_y)))
 
         # camera noise: the per-pixel term of the hash is the same every step
         self._salts = [s for s, on in ((0x68E31DA4, c.noise_std > 0), (0xB5297A4D, c.noise_std > 0)) if on] + (
@@ -531,36 +544,47 @@ class SingleSim(BatchSim):
     # ------------------------------------------------------------------ episodes
     def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
         super().load(idx, episodes)
-        cfg, rv, w, kb = self.cfg, self._rv, self._w, self._kb
+        rv, w = self._rv, self._w
         cyl, box = self.cyl[0], self.box[0]
         # ray casting: the episode's obstacle coordinates, each repeated once per image column
-        g = self._geometry
-        g[0, 2 * w : (2 + kb) * w] = np.repeat(box[:, 0], w)
-        g[1, 2 * w : (2 + kb) * w] = np.repeat(box[:, 1], w)
-        g[0, (2 + kb) * w : self._nwb] = np.repeat(box[:, 2], w)
-        g[1, (2 + kb) * w : self._nwb] = np.repeat(box[:, 3], w)
+        g, kcw, half = self._geometry, self._kcw, self._half
+        for start, column in ((2 * kcw, 1), (2 * kcw + half, 0), (2 * kcw + 2 * half, 3), (2 * kcw + 3 * half, 2)):
+            g[start + w : start + half] = np.repeat(box[:, column], w)  # far y, far x, near y, near x
         self._cyl_block[...] = self._cyl_xy
         self._cyl_r2[:] = np.repeat(cyl[:, 2] ** 2, w)  # BatchSim._cast's (cyl[:, :, 2] ** 2)
         # collision: BatchSim.collided's thresholds (in float32, as there)
         thr = ((cyl[:, 2] + rv) ** 2).tolist()
-        moving = (cyl[:, 3] != 0) | (cyl[:, 4] != 0)  # a zero velocity never changes (see _move_obstacles)
+        # The slots _move_obstacles changes: those with a velocity (a zero one never changes) and, as it adds
+        # zero to them, those at a -0.0 coordinate (they become +0.0). None without moving obstacles.
+        xy = cyl[:, 0:2]
+        moving = (cyl[:, 3] != 0) | (cyl[:, 4] != 0) | np.any((xy == 0) & np.signbit(xy), axis=1)
+        moving &= self.has_moving
         self._moving = bool(moving.any())
-        # A static obstacle farther than this outside the arena (parked slots) cannot touch a vehicle that is
-        # inside it, and collided() reports a vehicle outside it anyway: skipping it changes no result.
-        reach = rv + 1.0
-        sx, sy = cfg.arena.size_x, cfg.arena.size_y
-        self._cyl_static = [
-            (x, y, t)
-            for (x, y, rad), t, m in zip(cyl[:, 0:3].tolist(), thr, moving.tolist())
-            if not m and -(rad + reach) < x < sx + rad + reach and -(rad + reach) < y < sy + rad + reach
-        ]
-        self._cyl_moving = np.flatnonzero(moving)
-        self._cyl_moving_thr = [thr[i] for i in self._cyl_moving.tolist()]
-        self._boxes = [
-            (x0, y0, x1, y1)
-            for x0, y0, x1, y1 in box.tolist()
-            if x0 < sx + reach and x1 > -reach and y0 < sy + reach and y1 > -reach
-        ]
+        rows = np.flatnonzero(moving)
+        self._cyl_moving = rows
+        self._cyl_moving_thr = [thr[i] for i in rows.tolist()]
+        contiguous = not len(rows) or rows[-1] - rows[0] + 1 == len(rows)
+        self._moving_rows = self.cyl[0, rows[0] : rows[-1] + 1] if len(rows) and contiguous else None
+        # Static obstacles by grid cell: every obstacle that a vehicle in the cell could touch (its box grown
+        # by the vehicle's radius and a margin far above any rounding). _collided_one tests only those of the
+        # vehicle's cell, once the vehicle is known to be inside the arena; nothing else can be hit there.
+        nx, ny, cell = self._cells_x, self._cells_y, _GRID_CELL
+        self._cell_cyl = [[] for _ in range(nx * ny)]
+        self._cell_box = [[] for _ in range(nx * ny)]
+        grow = rv + 0.1
+
+        def cells(x0: float, y0: float, x1: float, y1: float) -> list[int]:
+            i0, i1 = max(0, math.floor((x0 - grow) / cell)), min(nx - 1, math.floor((x1 + grow) / cell))
+            j0, j1 = max(0, math.floor((y0 - grow) / cell)), min(ny - 1, math.floor((y1 + grow) / cell))
+            return [i * ny + j for i in range(i0, i1 + 1) for j in range(j0, j1 + 1)]
+
+        for (x, y, rad), t, m in zip(cyl[:, 0:3].tolist(), thr, moving.tolist()):
+            if not m:
+                for k in cells(x - rad, y - rad, x + rad, y + rad):
+                    self._cell_cyl[k].append((x, y, t))
+        for x0, y0, x1, y1 in box.tolist():
+            for k in cells(x0, y0, x1, y1):
+                self._cell_box[k].append((x0, y0, x1, y1))
 
     # ------------------------------------------------------------------ dynamics
     def step_one(
@@ -596,9 +620,27 @@ class SingleSim(BatchSim):
         self.path_length[0] = self.path_length.item() + self._step_length(dx, dy, dz)
         self.steps[0] = self.steps.item() + 1
         self.flight_time[0] = self.flight_time.item() + dt
-        if self.has_moving:
-            self._move_obstacles(dt)
-        return self._score_one(px, py, pz, self._collided_one(px, py, pz))
+        moving_xy = self._move_obstacles_one() if self._moving else []
+        return self._score_one(px, py, pz, self._collided_one(px, py, pz, moving_xy))
+
+    def _move_obstacles_one(self) -> list[list[float]]:
+        """BatchSim._move_obstacles(vehicle.dt) on the moving slots (the others it leaves as they are);
+        returns their positions (x, y)."""
+        rows = self._moving_rows
+        if rows is None:  # moving slots not contiguous (a hand-built scene): the batch code
+            self._move_obstacles(self._dt)
+            return self.cyl[0, self._cyl_moving, 0:2].tolist()
+        rows[:, 0:2] += rows[:, 3:5] * self._dt32
+        reach = np.add(rows[:, 0:2], rows[:, 2:3]).tolist()  # p + r, in float32 as there
+        xyr, vel = rows[:, 0:3].tolist(), rows[:, 3:5].tolist()
+        size_x, size_y = self._size32
+        # bounce: p - r < 0 is p < r (a float32 difference has the sign of the exact one); the velocity flips
+        for i, ((x, y, r), (vx, vy), (x_r, y_r)) in enumerate(zip(xyr, vel, reach)):
+            if (x < r and vx < 0) or (x_r > size_x and vx > 0):
+                rows[i, 3] = -vx
+            if (y < r and vy < 0) or (y_r > size_y and vy > 0):
+                rows[i, 4] = -vy
+        return [p[0:2] for p in xyr]
 
     def _yaw_trig(self, yaw: float) -> tuple[float, float]:
         """cos and sin of the current yaw (self.yaw[0] == yaw), by numpy on the (1,) state array."""
@@ -615,22 +657,23 @@ class SingleSim(BatchSim):
         d[0] = dx, dy, dz
         return math.sqrt(np.einsum("ij,ij->i", d, d).item())
 
-    def _collided_one(self, x: float, y: float, z: float) -> bool:
-        """BatchSim.collided for the one env (exact comparisons on the same float64 values)."""
+    def _collided_one(self, x: float, y: float, z: float, moving_xy: list[list[float]]) -> bool:
+        """BatchSim.collided for the one env (the same comparisons of the same float64 values) given the
+        moving cylinders' positions."""
         rv, hi_x, hi_y, hi_z = self._bounds
         if x < rv or x > hi_x or y < rv or y > hi_y or z < rv or z > hi_z:
             return True
-        for cx, cy, thr in self._cyl_static:
+        for (cx, cy), thr in zip(moving_xy, self._cyl_moving_thr):
             ex, ey = cx - x, cy - y
             if ex * ex + ey * ey < thr:
                 return True
-        if len(self._cyl_moving):
-            for (cx, cy), thr in zip(self.cyl[0, self._cyl_moving, 0:2].tolist(), self._cyl_moving_thr):
-                ex, ey = cx - x, cy - y
-                if ex * ex + ey * ey < thr:
-                    return True
+        cell = min(int(x / _GRID_CELL), self._cells_x - 1) * self._cells_y + min(int(y / _GRID_CELL), self._cells_y - 1)
+        for cx, cy, thr in self._cell_cyl[cell]:
+            ex, ey = cx - x, cy - y
+            if ex * ex + ey * ey < thr:
+                return True
         rv2 = rv * rv
-        for x0, y0, x1, y1 in self._boxes:
+        for x0, y0, x1, y1 in self._cell_box[cell]:
             ex, ey = x0 - x, y0 - y
             ex = ex if ex >= 0.0 else 0.0
             ey = ey if ey >= 0.0 else 0.0
@@ -705,7 +748,7 @@ class SingleSim(BatchSim):
         ms = self._max_speed
         d = dist / self._dist_scale
         return (
-            d if d <= 1.0 or d != d else 1.0,  # np.minimum(d, 1.0)
+            d if d < 1.0 or d != d else 1.0,  # np.minimum(d, 1.0)
             self._b_sin.item(),
             self._b_cos.item(),
             _clip((c * vx + s * vy) / ms, -1.0, 1.0),
@@ -717,8 +760,10 @@ class SingleSim(BatchSim):
 
     def _depth_one(self, image: np.ndarray, x: float, y: float, z: float, yaw: float) -> None:
         """BatchSim.depth for the one env, written into ``image`` (H, W)."""
-        self._pos_x.fill(x)  # float64 -> float32, as astype
-        self._pos_y.fill(y)
+        for run in self._pos_runs_x:
+            run.fill(x)  # float64 -> float32, as astype
+        for run in self._pos_runs_y:
+            run.fill(y)
         self._yaw32[0] = yaw
         self._z32[0] = z
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -727,8 +772,8 @@ class SingleSim(BatchSim):
                 np.add(self._yaw32, self.col_angle, out=self._ang)
                 np.cos(self._ang, out=self._dir[0])
                 np.sin(self._ang, out=self._dir[1])
-                np.divide(1.0, self._dir, out=self._inv)
-                self._inv_rep_blocks[...] = self._inv[:, None, :]
+                np.divide(1.0, self._dir[::-1], out=self._inv_yx)
+                self._inv_rep_blocks[...] = self._inv_yx[None, :, None, :]
                 self._dir_rep_blocks[...] = self._dir[:, None, :]
                 self._ray_yaw = yaw32
             np.multiply(self._cast_one(), self.col_cos, out=self._planar)
@@ -748,17 +793,15 @@ class SingleSim(BatchSim):
         """BatchSim._cast for the one env: distance along each column's ray to the first wall or obstacle.
 
         The same float32 operations as there, on every (obstacle, column) pair at once: walls
-        ``max((size - o) / d, -o / d)`` per axis and the nearer axis; cylinders ``b - sqrt(b*b - c)``; boxes
-        by slabs; a miss (NaN, behind, or an empty slab) is infinitely far; the nearest of all wins.
+        ``max((size - o) * (1 / d), -o * (1 / d))`` per axis and the nearer axis; cylinders ``b - sqrt(b*b - c)``;
+        boxes by slabs; a miss (NaN, behind, or an empty slab) is infinitely far; the nearest of all wins.
         """
         if self._moving:
             self._cyl_block[...] = self._cyl_xy
         np.subtract(self._geometry, self._position, out=self._offset)
         np.multiply(self._offset_wb, self._inv_rep, out=self._scaled)
-        np.maximum(self._wall_far, self._wall_near, out=self._wall_t)
-        np.minimum(self._wall_tx, self._wall_ty, out=self._hit_walls)
-        if not (self._kc or self._kb):
-            return self._hit_walls
+        np.maximum(self._scaled_far, self._scaled_near, out=self._max)  # walls: max(far, near) per axis
+        np.minimum(self._wall_x, self._wall_y, out=self._hit_walls)
         if self._kc:
             oc, prod, sq, b, cc, h = self._offset_c, self._cyl_prod, self._cyl_sq, self._cyl_b, self._cyl_c, self._hit_c
             np.multiply(self._dir_rep, oc, out=prod)  # dx * rx, dy * ry
@@ -773,13 +816,14 @@ class SingleSim(BatchSim):
             np.greater(h, self._zero_c, out=self._valid_c)
         if self._kb:
             near, far, ok = self._hit_b, self._box_far, self._valid_b
-            np.minimum(self._box_lo, self._box_hi, out=self._box_near2)
-            np.maximum(self._box_lo, self._box_hi, out=self._box_far2)
-            np.maximum(self._box_near2_x, self._box_near2_y, out=near)
-            np.minimum(self._box_far2_x, self._box_far2_y, out=far)
+            np.minimum(self._scaled_far, self._scaled_near, out=self._min)  # per axis: min(lo, hi)
+            np.maximum(self._near_x, self._near_y, out=near)
+            np.minimum(self._far_x, self._far_y, out=far)
             np.less_equal(near, far, out=ok)
             np.greater(near, self._zero_b, out=self._box_front)
             np.logical_and(ok, self._box_front, out=ok)
+        if not (self._kc or self._kb):
+            return self._hit_walls
         return np.minimum.reduce(np.where(self._valid, self._hit, self._inf), axis=0, out=self._t)
 
     def _corrupt_one(self, flat: np.ndarray) -> None:
@@ -820,16 +864,15 @@ class SingleSim(BatchSim):
 
 
 _TWO_PI = 2 * math.pi
+_GRID_CELL = 2.0  # m, SingleSim's collision grid
 _U8, _U13, _U16 = np.uint32(8), np.uint32(13), np.uint32(16)
 _MIX1, _MIX2 = np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35)
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
-    """np.clip of a float64: min(max(x, lo), hi) with numpy's tie and NaN rules."""
-    if x != x:
-        return x
-    m = x if x > lo else lo
-    return m if m < hi else hi
+    """np.clip of a float64 as numpy computes it: x itself unless below lo or above hi (so -0.0 stays -0.0
+    at a bound of 0.0), NaN stays NaN."""
+    return lo if x < lo else hi if x > hi else x
 
 
 def _probe_sums() -> tuple[bool, bool]:

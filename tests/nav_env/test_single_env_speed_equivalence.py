@@ -157,6 +157,15 @@ def test_hand_built_scenes_match_the_batch_code():
         ),
         make_episode(fast.cfg, (3.0, 27.0), (27.0, 3.0), yaw=-2.0, moving=[(20.0, 10.0, 0.8, -1.2, 1.3)]),
     ]
+    # moving cylinders in slots apart (the fast path's fallback) and a static one at x = -0.0, which the
+    # batch code's obstacle motion turns into +0.0
+    ep = make_episode(
+        fast.cfg, (6.0, 6.0), (24.0, 20.0), cylinders=[(-0.0, 12.0, 1.0)], moving=[(12.0, 12.0, 0.7, 1.0, 0.5)]
+    )
+    last = len(ep.cyl) - 1
+    ep.cyl[last], ep.cyl[last - 2] = ep.cyl[last - 2].copy(), ep.cyl[last].copy()
+    ep.cyl[last - 1] = (14.0, 20.0, 0.6, -0.8, 1.1)
+    scenes.append(ep)
     for k, ep in enumerate(scenes):
         for seed in range(8):
             rng = np.random.default_rng(seed)
@@ -185,3 +194,19 @@ def test_bad_actions_fail_alike():
     # an integral float and a 0-d array are accepted by both, as before
     for ok in (3.0, np.array(4), np.float64(6.0)):
         same_step(fast.step(ok), ref.step(ok), repr(ok))
+
+
+def test_bench_reports_single_over_native(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    args = ["--seconds", "0.05", "--rounds", "2", "--num-envs", "4", "--out", str(out)]
+    r = subprocess.run([sys.executable, "-m", "nav_env.bench", *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(out.read_text())
+    rates = figures["env_steps_per_s"]
+    assert figures["single_over_native"] == pytest.approx(rates["single"] / rates["native_vector"])
+    assert len(figures["single_over_native_by_round"]) == 2 and "numpy" in figures["versions"]
+    assert "single / native" in r.stdout
