@@ -5,7 +5,8 @@
 For each policy it runs the real loop (bridge as a separate process, mock flight controller) and,
 in the same run on the same seeded episodes, a baseline loop with onnxruntime inside the host
 process (no bridge). It reports the closed-loop actuation rate, round trip, device inference and the
-bridge's own overhead (round trip minus inference), and the ratio of the two loops' rates.
+bridge's own overhead (round trip minus inference), and the closed loop's rate over the in-process
+loop's and over the echo loop's (below).
 
 Right after each closed loop the same client code flies the same number of steps against a bare
 ZeroMQ + msgpack echo process (``firmware_bridge.bench --echo-server``: unpack, answer, nothing else),
@@ -67,30 +68,36 @@ def in_process_rate(path: str, cfg, episodes: int, seed: int) -> tuple[float, di
     return steps / loop_s, percentiles_us(infer)
 
 
-def echo_loop(client: BridgeClient, cfg, acts: int, seed: int) -> tuple[list[int], int]:
-    """(round trips in ns, deadline misses) of ``acts`` steps of the closed loop's act path against the echo.
+def echo_loop(client: BridgeClient, cfg, acts: int, seed: int) -> tuple[list[int], int, float]:
+    """(round trips in ns, deadline misses, steps/s) of ``acts`` steps of the closed loop's act path
+    against the echo.
 
     The same ControlLink.act and env.step per step as the real loop; the echo answers action 0 and
     the vehicle is flown with hover, since only the timing of the exchange matters here. A miss (only
-    on a badly overloaded machine) counts like in the real loop and has no round trip.
+    on a badly overloaded machine) counts like in the real loop and has no round trip. The rate counts
+    the steps' time only, as the closed loop's actuation rate does (resets excluded).
     """
     env = NavEnv(config=cfg)
     link = ControlLink(client, default_deadline_s(cfg, None))
     hover = failsafe_action(cfg)
     rtt: list[int] = []
     obs, _ = env.reset(seed=seed)
-    episode = 0
+    episode, flying_ns = 0, 0
+    t0 = time.perf_counter_ns()
     for _ in range(acts):
         result = link.act(obs)
         if result is not None:
             rtt.append(result.rtt_ns)
         obs, _, terminated, truncated, _ = env.step(hover)
         if terminated or truncated:
+            flying_ns += time.perf_counter_ns() - t0
             episode += 1
             obs, _ = env.reset(seed=seed + episode)
+            t0 = time.perf_counter_ns()
+    flying_ns += time.perf_counter_ns() - t0
     if not rtt:
         raise BridgeError(client.endpoint, f"echo server at {client.endpoint} answered none of {acts} acts in time")
-    return rtt, link.stats.deadline_misses
+    return rtt, link.stats.deadline_misses, acts / (flying_ns / 1e9)
 
 
 def _median(values: list[float]) -> float:
@@ -170,12 +177,13 @@ def main(argv: list[str] | None = None) -> int:
                         got["infer"] += rec.infer_ns
                         if echo_client is not None:
                             echo_client.spin_ns = int(spin * 1000)
-                            echo_rtt, echo_misses = echo_loop(
+                            echo_rtt, echo_misses, echo_hz = echo_loop(
                                 echo_client, cfg, min(len(rec.rtt_ns), ECHO_MAX_ACTS), a.seed
                             )
                             got["echo"] += echo_rtt
                             row["echo_round_trip_p50_us"] = percentiles_us(echo_rtt)["p50"]
                             row["echo_deadline_misses"] = echo_misses
+                            row["echo_hz"] = echo_hz
                         runs[(path, spin)].append(row)
                 local_hz, local_infer = in_process_rate(path, cfg, a.episodes, a.seed)
                 for spin in spins:
@@ -238,6 +246,9 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
         "success_rate": reps[0]["success_rate"],
     }
     if echo_by_rep:
+        echo_hz = _median([r["echo_hz"] for r in reps])
+        row["echo_hz"] = echo_hz
+        row["closed_loop_over_echo"] = hz / echo_hz
         row["echo_round_trip_us"] = percentiles_us(got["echo"])
         row["echo_round_trip_p50_us_by_repeat"] = echo_by_rep
         # Per repeat, measured minutes apart at most: the bridge's price over the bare transport.
@@ -257,24 +268,28 @@ def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[f
     print(
         f"{'policy':<24}{'spin':>6}" * spin_col
         + f"{'policy':<24}" * (not spin_col)
-        + f"{'steps':>6}{'loop Hz':>8}{'in-proc Hz':>11}{'ratio':>6}{'rtt p50':>8}{'infer p50':>10}"
-        f"{'ovh p50 (min-max)':>19}{'ovh p99':>8}{'echo p50 (min-max)':>19}"
+        + f"{'steps':>6}{'loop Hz':>8}{'in-proc Hz':>11}{'ratio':>6}{'echo Hz':>8}{'ratio':>6}{'rtt p50':>8}"
+        f"{'infer p50':>10}{'ovh p50 (min-max)':>19}{'ovh p99':>8}{'echo p50 (min-max)':>19}"
     )
     for r in rows:
         ovh = r["overhead_p50_us_by_repeat"]
         echo = r.get("echo_round_trip_p50_us_by_repeat") or []
         echo_text = f"{_median(echo):.0f} ({min(echo):.0f}-{max(echo):.0f})" if echo else MISSING
+        echo_hz = f"{r['echo_hz']:,.0f}" if "echo_hz" in r else MISSING
+        echo_ratio = f"{r['closed_loop_over_echo']:.2f}" if "closed_loop_over_echo" in r else MISSING
         print(
             f"{Path(r['policy']).name:<24}"
             + (f"{r['spin_us']:>6g}" if spin_col else "")
             + f"{r['steps']:>6}{r['actuation_hz']:>8,.0f}{r['in_process_hz']:>11,.0f}"
-            f"{r['closed_loop_over_in_process']:>6.2f}{r['round_trip_us']['p50']:>8.0f}{r['device_inference_us']['p50']:>10.1f}"
+            f"{r['closed_loop_over_in_process']:>6.2f}{echo_hz:>8}{echo_ratio:>6}"
+            f"{r['round_trip_us']['p50']:>8.0f}{r['device_inference_us']['p50']:>10.1f}"
             f"{f'{_median(ovh):.0f} ({min(ovh):.0f}-{max(ovh):.0f})':>19}{r['overhead_us']['p99']:>8.0f}{echo_text:>19}"
         )
     print(
         "Hz = env steps per second of flying (median of repeats); ratio = closed loop (bridge over TCP) / in-process "
-        "onnxruntime; ovh = round trip - device inference, p50 of each repeat: median (min-max); echo = round trip "
-        "of the same loop against a bare ZeroMQ + msgpack echo, per repeat; spin = client reply wait (us); us = microseconds"
+        "onnxruntime, then / the echo loop (the same loop against a bare ZeroMQ + msgpack echo: no policy, no bridge); "
+        "ovh = round trip - device inference, p50 of each repeat: median (min-max); echo p50 = that loop's round trip, "
+        "per repeat; spin = client reply wait (us); us = microseconds"
     )
 
 
