@@ -16,6 +16,7 @@ CARDS = {
     "policy3_fp32.onnx": "policy3",
     "policy1_hard_fp32.onnx": "policy1_hard",
     "policy2_hard_fp32.onnx": "policy2_hard",
+    "policy1_hard_lat200_fp32.onnx": "policy1_hard_lat200",  # trained with 200 ms of latency (docs/latency.md)
 }
 # policy3_hard.md/.json describe a trained model whose ONNX file is not in models/ (the listing used to hide
 # that by testing only the files present); it is not shipped, and the README's tables do not list it.
