@@ -463,6 +463,7 @@ class SingleSim(BatchSim):
         g_far[:w], g_far[half : half + w] = a.size_y, a.size_x
         g_near[:w], g_near[half : half + w] = -0.0, -0.0
         self._cyl_block = self._geometry[: 2 * kcw].reshape(2, kc, w)  # centres, repeated per column
+        self._box_blocks = self._geometry[2 * kcw :].reshape(4, 1 + kb, w)[:, 1:, :]
         self._cyl_xy = self.cyl[0, :, 0:2].T[:, :, None]  # a view: moving cylinders are read as they move
         self._moving = False  # whether this episode's cylinders move (their block is refreshed per observation)
         self._position = np.empty(n, np.float32)
@@ -498,6 +499,7 @@ class SingleSim(BatchSim):
         self._cyl_sq_x, self._cyl_sq_y = self._cyl_sq[:kcw], self._cyl_sq[kcw:]
         self._cyl_b, self._cyl_c = np.empty(kcw, np.float32), np.empty(kcw, np.float32)
         self._cyl_r2 = np.empty(kcw, np.float32)  # radius ** 2, repeated per column
+        self._cyl_r2_blocks = self._cyl_r2.reshape(kc, w)
         self._zero = np.zeros(max(kc, kb) * w, np.float32)
         self._zero_c, self._zero_b = self._zero[:kcw], self._zero[: kb * w]
         # hit distance per (row, column): row 0 the walls, then each cylinder, then each box; valid where
@@ -519,8 +521,8 @@ class SingleSim(BatchSim):
         # cylinders (slots, thresholds, and their rows of self.cyl when those are contiguous)
         self._cells_x = max(1, math.ceil(a.size_x / _GRID_CELL))
         self._cells_y = max(1, math.ceil(a.size_y / _GRID_CELL))
-        self._cell_cyl: list[list[tuple[float, float, float]]] = []
-        self._cell_box: list[list[tuple[float, float, float, float]]] = []
+        self._cell_cyl: dict[int, list] = {}
+        self._cell_box: dict[int, list] = {}
         self._cyl_moving = np.zeros(0, dtype=np.intp)
         self._cyl_moving_thr: list[float] = []
         self._moving_rows: np.ndarray | None = None
@@ -544,23 +546,23 @@ class SingleSim(BatchSim):
     # ------------------------------------------------------------------ episodes
     def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
         super().load(idx, episodes)
-        rv, w = self._rv, self._w
+        rv = self._rv
         cyl, box = self.cyl[0], self.box[0]
         # ray casting: the episode's obstacle coordinates, each repeated once per image column
-        g, kcw, half = self._geometry, self._kcw, self._half
-        for start, column in ((2 * kcw, 1), (2 * kcw + half, 0), (2 * kcw + 2 * half, 3), (2 * kcw + 3 * half, 2)):
-            g[start + w : start + half] = np.repeat(box[:, column], w)  # far y, far x, near y, near x
+        self._box_blocks[...] = box[:, [1, 0, 3, 2]].T[:, :, None]  # far y, far x, near y, near x
         self._cyl_block[...] = self._cyl_xy
-        self._cyl_r2[:] = np.repeat(cyl[:, 2] ** 2, w)  # BatchSim._cast's (cyl[:, :, 2] ** 2)
+        self._cyl_r2_blocks[...] = (cyl[:, 2] ** 2)[:, None]  # BatchSim._cast's (cyl[:, :, 2] ** 2)
         # collision: BatchSim.collided's thresholds (in float32, as there)
         thr = ((cyl[:, 2] + rv) ** 2).tolist()
         # The slots _move_obstacles changes: those with a velocity (a zero one never changes) and, as it adds
         # zero to them, those at a -0.0 coordinate (they become +0.0). None without moving obstacles.
-        xy = cyl[:, 0:2]
-        moving = (cyl[:, 3] != 0) | (cyl[:, 4] != 0) | np.any((xy == 0) & np.signbit(xy), axis=1)
-        moving &= self.has_moving
-        self._moving = bool(moving.any())
-        rows = np.flatnonzero(moving)
+        if self.has_moving:
+            xy = cyl[:, 0:2]
+            moving = (cyl[:, 3] != 0) | (cyl[:, 4] != 0) | np.any((xy == 0) & np.signbit(xy), axis=1)
+            rows = np.flatnonzero(moving)
+        else:
+            rows = np.zeros(0, dtype=np.intp)
+        self._moving = len(rows) > 0
         self._cyl_moving = rows
         self._cyl_moving_thr = [thr[i] for i in rows.tolist()]
         contiguous = not len(rows) or rows[-1] - rows[0] + 1 == len(rows)
@@ -568,23 +570,21 @@ class SingleSim(BatchSim):
         # Static obstacles by grid cell: every obstacle that a vehicle in the cell could touch (its box grown
         # by the vehicle's radius and a margin far above any rounding). _collided_one tests only those of the
         # vehicle's cell, once the vehicle is known to be inside the arena; nothing else can be hit there.
-        nx, ny, cell = self._cells_x, self._cells_y, _GRID_CELL
-        self._cell_cyl = [[] for _ in range(nx * ny)]
-        self._cell_box = [[] for _ in range(nx * ny)]
-        grow = rv + 0.1
-
-        def cells(x0: float, y0: float, x1: float, y1: float) -> list[int]:
+        nx, ny, cell, grow = self._cells_x, self._cells_y, _GRID_CELL, rv + 0.1
+        moving_slots = set(rows.tolist())
+        cells: list[dict[int, list]] = [{}, {}]
+        obstacles: list[tuple[int, tuple[float, ...], tuple[float, ...]]] = [
+            (0, (x - r, y - r, x + r, y + r), (x, y, t)) for (x, y, r), t in zip(cyl[:, 0:3].tolist(), thr)
+        ]
+        obstacles = [o for k, o in enumerate(obstacles) if k not in moving_slots]
+        obstacles += [(1, (x0, y0, x1, y1), (x0, y0, x1, y1)) for x0, y0, x1, y1 in box.tolist()]
+        for kind, (x0, y0, x1, y1), entry in obstacles:
             i0, i1 = max(0, math.floor((x0 - grow) / cell)), min(nx - 1, math.floor((x1 + grow) / cell))
             j0, j1 = max(0, math.floor((y0 - grow) / cell)), min(ny - 1, math.floor((y1 + grow) / cell))
-            return [i * ny + j for i in range(i0, i1 + 1) for j in range(j0, j1 + 1)]
-
-        for (x, y, rad), t, m in zip(cyl[:, 0:3].tolist(), thr, moving.tolist()):
-            if not m:
-                for k in cells(x - rad, y - rad, x + rad, y + rad):
-                    self._cell_cyl[k].append((x, y, t))
-        for x0, y0, x1, y1 in box.tolist():
-            for k in cells(x0, y0, x1, y1):
-                self._cell_box[k].append((x0, y0, x1, y1))
+            for i in range(i0, i1 + 1):
+                for j in range(j0, j1 + 1):
+                    cells[kind].setdefault(i * ny + j, []).append(entry)
+        self._cell_cyl, self._cell_box = cells
 
     # ------------------------------------------------------------------ dynamics
     def step_one(
@@ -668,12 +668,12 @@ class SingleSim(BatchSim):
             if ex * ex + ey * ey < thr:
                 return True
         cell = min(int(x / _GRID_CELL), self._cells_x - 1) * self._cells_y + min(int(y / _GRID_CELL), self._cells_y - 1)
-        for cx, cy, thr in self._cell_cyl[cell]:
+        for cx, cy, thr in self._cell_cyl.get(cell, ()):
             ex, ey = cx - x, cy - y
             if ex * ex + ey * ey < thr:
                 return True
         rv2 = rv * rv
-        for x0, y0, x1, y1 in self._cell_box[cell]:
+        for x0, y0, x1, y1 in self._cell_box.get(cell, ()):
             ex, ey = x0 - x, y0 - y
             ex = ex if ex >= 0.0 else 0.0
             ey = ey if ey >= 0.0 else 0.0
