@@ -427,6 +427,22 @@ class SingleSim(BatchSim):
 
     def __init__(self, cfg: NavConfig):
         super().__init__(cfg, 1)
+        self._batch_keys = frozenset(self.__dict__)  # the batch state; the rest is derived from it
+        self._build()
+
+    # Many attributes below are views of others (and of self.cyl): a copy or a pickle carries the batch state
+    # only and derives the rest again, so that the views stay views.
+    def __getstate__(self) -> dict:
+        return {k: self.__dict__[k] for k in (*self._batch_keys, "_batch_keys")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._build()
+        self._prepare_episode()
+
+    def _build(self) -> None:
+        """Constants and scratch arrays of the fast path, for the configuration and the batch arrays."""
+        cfg = self.cfg
         c, v, a, r = cfg.camera, cfg.vehicle, cfg.arena, cfg.reward
         w, h = c.width, c.height
         kc, kb = self.cyl.shape[1], self.box.shape[1]
@@ -546,6 +562,10 @@ class SingleSim(BatchSim):
     # ------------------------------------------------------------------ episodes
     def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
         super().load(idx, episodes)
+        self._prepare_episode()
+
+    def _prepare_episode(self) -> None:
+        """The fast path's per-episode data, from the obstacles in self.cyl and self.box."""
         rv = self._rv
         cyl, box = self.cyl[0], self.box[0]
         # ray casting: the episode's obstacle coordinates, each repeated once per image column

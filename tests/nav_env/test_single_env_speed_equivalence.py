@@ -210,3 +210,28 @@ def test_bench_reports_single_over_native(tmp_path):
     assert figures["single_over_native"] == pytest.approx(rates["single"] / rates["native_vector"])
     assert len(figures["single_over_native_by_round"]) == 2 and "numpy" in figures["versions"]
     assert "single / native" in r.stdout
+
+
+@pytest.mark.parametrize("level", ["default", "hard"])
+def test_copies_and_pickles_fly_on_exactly(level):
+    """A deep copy or a pickle of the env mid-episode (the fast path's scratch arrays are views of its
+    state) continues exactly as the original."""
+    import copy
+    import pickle
+
+    for seed in range(4):
+        env = NavEnv(level)
+        env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        for _ in range(5):
+            env.step(int(rng.integers(0, 25)))
+        copies = [copy.deepcopy(env), pickle.loads(pickle.dumps(env))]
+        for c in copies:
+            assert np.shares_memory(c.sim._cyl_xy, c.sim.cyl) and not np.shares_memory(c.sim.cyl, env.sim.cyl)
+        for t in range(300):
+            action = int(rng.integers(0, 25))
+            a = env.step(action)
+            for c in copies:
+                same_step(a, c.step(action), f"seed {seed} step {t}")
+            if a[2] or a[3]:
+                break
