@@ -447,6 +447,7 @@ class SingleSim(BatchSim):
         w, h = c.width, c.height
         kc, kb = self.cyl.shape[1], self.box.shape[1]
         self._kc, self._kb, self._w, self._hw, self._shape = kc, kb, w, w * h, (h, w)
+        self._obs_dim = cfg.obs_dim
         self._dt, self._rv, self._dist_scale = v.dt, v.radius, self.dist_scale
         self._bounds = (v.radius, a.size_x - v.radius, a.size_y - v.radius, a.ceiling - v.radius)
         self._reward = (float(r.step), float(r.progress), float(r.success), float(r.collision))
@@ -745,7 +746,7 @@ class SingleSim(BatchSim):
     # ------------------------------------------------------------------ sensing
     def observe_one(self) -> np.ndarray:
         """BatchSim.observe()[0]: a new flat float32 observation."""
-        out = np.empty(self.cfg.obs_dim, dtype=np.float32)
+        out = np.empty(self._obs_dim, dtype=np.float32)
         x, y, z = self.pos[0].tolist()
         yaw = self.yaw.item()
         image = out[: self._hw]
