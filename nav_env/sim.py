@@ -491,11 +491,12 @@ class SingleSim(BatchSim):
         self._offset = np.empty(n, np.float32)
         self._offset_c, self._offset_wb = self._offset[: 2 * kcw], self._offset[2 * kcw :]
         # per-yaw ray data: the columns' directions and their inverses, repeated as the blocks above
-        self._yaw32 = np.empty(1, np.float32)
+        self._yaw_rep = np.empty(w, np.float32)  # the yaw once per column
         self._ray_yaw: float | None = None  # the float32 yaw the ray data below were computed for
         self._ang = np.empty(w, np.float32)
         self._dir = np.empty((2, w), np.float32)  # cos, sin of each column's bearing
-        self._inv_yx = np.empty((2, w), np.float32)  # 1 / sin, 1 / cos
+        self._ones = np.ones((2, w), np.float32)
+        self._inv = np.empty((2, w), np.float32)
         self._inv_rep = np.empty(4 * half, np.float32)
         self._inv_rep_blocks = self._inv_rep.reshape(2, 2, 1 + kb, w)
         self._dir_rep = np.empty(2 * kcw, np.float32)
@@ -532,6 +533,8 @@ class SingleSim(BatchSim):
         self._z32 = np.empty(1, np.float32)
         self._surf_z: float | None = None  # the float32 altitude _surf was computed for
         self._surf = np.empty((h, 1), np.float32)
+        self._surf_scaled = np.empty((h, 1), np.float32)  # clip(surf) * scale
+        self._surf_plain = False  # whether _surf holds no -0.0 and no NaN
 
         # per-episode collision data (see load): the static obstacles that can touch a vehicle in each cell
         # of a grid over the arena, as cylinders (x, y, threshold) and boxes (x0, y0, x1, y1); the moving
@@ -665,7 +668,7 @@ class SingleSim(BatchSim):
 
     def _yaw_trig(self, yaw: float) -> tuple[float, float]:
         """cos and sin of the current yaw (self.yaw[0] == yaw), by numpy on the (1,) state array."""
-        if yaw != self._trig_yaw:
+        if yaw != self._trig_yaw or yaw == 0.0:  # a cached 0.0 may be -0.0 and vice versa
             np.cos(self.yaw, out=self._cos_yaw)
             np.sin(self.yaw, out=self._sin_yaw)
             self._trig_yaw = yaw
@@ -785,27 +788,39 @@ class SingleSim(BatchSim):
             run.fill(x)  # float64 -> float32, as astype
         for run in self._pos_runs_y:
             run.fill(y)
-        self._yaw32[0] = yaw
+        self._yaw_rep.fill(yaw)
         self._z32[0] = z
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            yaw32 = self._yaw32.item()
-            if yaw32 != self._ray_yaw:  # rays depend on the float32 yaw only
-                np.add(self._yaw32, self.col_angle, out=self._ang)
+            yaw32 = self._yaw_rep.item(0)
+            if yaw32 != self._ray_yaw or yaw32 == 0.0:  # rays depend on the float32 yaw only (and the sign of 0)
+                np.add(self._yaw_rep, self.col_angle, out=self._ang)
                 np.cos(self._ang, out=self._dir[0])
                 np.sin(self._ang, out=self._dir[1])
-                np.divide(1.0, self._dir[::-1], out=self._inv_yx)
-                self._inv_rep_blocks[...] = self._inv_yx[None, :, None, :]
+                np.divide(self._ones, self._dir, out=self._inv)  # 1.0 / d
+                self._inv_rep_blocks[...] = self._inv[::-1, None, :]  # 1 / dy, 1 / dx
                 self._dir_rep_blocks[...] = self._dir[:, None, :]
                 self._ray_yaw = yaw32
             np.multiply(self._cast_one(), self.col_cos, out=self._planar)
             z32 = self._z32.item()
-            if z32 != self._surf_z:  # floor and ceiling depend on the float32 altitude only
+            if z32 != self._surf_z or z32 == 0.0:  # floor and ceiling depend on the float32 altitude only
                 zz = self._z32[:, None]
                 surf = np.where(
                     self.row_tan > 0, zz / self.row_tan, (np.float32(self.cfg.arena.ceiling) - zz) / -self.row_tan
                 )
                 self._surf[:, 0] = surf[0]
                 self._surf_z = z32
+                np.multiply(self._surf.clip(self._range_lo, self._range_hi), self._range_scale, out=self._surf_scaled)
+                self._surf_plain = not np.any(np.isnan(surf) | ((surf == 0) & np.signbit(surf)))
+        if self._surf_plain:
+            # clip(min(p, q)) * s == min(clip(p) * s, clip(q) * s) bit for bit: clip and the positive scale are
+            # non-decreasing, so they keep the minimum, and equal results have equal bits as long as no -0.0
+            # meets a +0.0 (planar distances are never -0.0: walls are a maximum with a term > 0, hits are
+            # > 0; the floor and ceiling rows are checked) and NaN stays NaN either way.
+            planar = self._planar
+            planar.clip(self._range_lo, self._range_hi, out=planar)
+            np.multiply(planar, self._range_scale, out=planar)
+            np.minimum(planar[None, :], self._surf_scaled, out=image)
+            return
         np.minimum(self._planar[None, :], self._surf, out=image)
         image.clip(self._range_lo, self._range_hi, out=image)
         np.multiply(image, self._range_scale, out=image)

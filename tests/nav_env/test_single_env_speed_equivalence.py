@@ -235,3 +235,35 @@ def test_copies_and_pickles_fly_on_exactly(level):
                 same_step(a, c.step(action), f"seed {seed} step {t}")
             if a[2] or a[3]:
                 break
+
+
+@pytest.mark.parametrize(("level", "overrides"), CASES)
+def test_observations_match_in_any_pose(level, overrides):
+    """The fast observation against BatchSim.observe on the same state, over random poses in and around
+    the arena and exact edge cases: on a wall, on the floor and at the ceiling (-0.0 depths), at +-0.0, outside."""
+    fast, ref = pair(level, overrides)
+    fast.reset(seed=4)
+    ref.reset(seed=4)
+    cfg = fast.cfg
+    sx, sy, ceil = cfg.arena.size_x, cfg.arena.size_y, cfg.arena.ceiling
+    rng = np.random.default_rng(5)
+    poses = [(rng.uniform(-2, sx + 2), rng.uniform(-2, sy + 2), rng.uniform(-1, ceil + 1)) for _ in range(150)]
+    poses += [(x, y, z) for x in (0.0, -0.0, sx, 15.0) for y in (0.0, sy, 7.5) for z in (0.0, -0.0, ceil, 2.0)]
+    # a yaw that makes a column's bearing exactly 0 (sin 0: an infinite inverse)
+    col0 = -float(fast.sim.col_angle[0])
+    yaws = [0.0, -0.0, math.pi / 2, -math.pi, math.pi, 1e-9, col0, *rng.uniform(-math.pi, math.pi, 6).tolist()]
+    for k, (x, y, z) in enumerate(poses):
+        for sim in (fast.sim, ref.sim):
+            sim.pos[0] = x, y, z
+            sim.yaw[0] = yaws[k % len(yaws)]
+            sim.vel[0] = rng.uniform(-6, 6, 3) if k % 3 else (0.0, -0.0, 0.0)
+            sim.yaw_rate[0] = rng.uniform(-3, 3)
+            sim.steps[0] = k
+        rng2 = np.random.default_rng(k)  # the same velocities in both
+        v, yr = rng2.uniform(-6, 6, 3), rng2.uniform(-3, 3)
+        for sim in (fast.sim, ref.sim):
+            sim.vel[0], sim.yaw_rate[0] = v, yr
+        a, b = fast.sim.observe_one(), ref.sim.observe()[0]
+        assert a.tobytes() == b.tobytes(), (
+            f"pose {k} {(x, y, z)}: {np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))[:8]}"
+        )
