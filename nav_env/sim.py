@@ -468,65 +468,75 @@ class SingleSim(BatchSim):
 
         # The camera: every term of BatchSim._cast as one float32 value per (obstacle, image column), in
         # blocks laid out so that each operation below is one numpy call on contiguous memory:
-        #   [cx | cy | "far" y | "far" x | "near" y | "near" x],  far = [wall (size) | box lo, per box]
-        #   and near = [wall (-0.0, as -0.0 - o is -o exactly) | box hi, per box],
-        # every block repeated per column. Geometry minus the vehicle's position (five runs of x or y) then
-        # gives each "coordinate - o"; far and near times 1 / direction give the walls' and the slabs' ends.
+        #   [far y | far x | near y | near x | cx | cy],  far = [wall (size) | box lo, per box] and
+        #   near = [wall (-0.0, as -0.0 - o is -o exactly) | box hi, per box],
+        # every value repeated per column. Geometry minus the vehicle's position (five runs of x or y) gives
+        # each "coordinate - o"; times the per-yaw factors [1/dy | 1/dx | 1/dy | 1/dx | dx | dy] it gives
+        # the walls' and the slabs' ends and the cylinders' dx * rx, dy * ry.
         kcw, half = kc * w, (1 + kb) * w
-        n = 2 * kcw + 4 * half
-        self._kcw, self._half = kcw, half
+        n = 4 * half + 2 * kcw
+        self._kcw, self._half, self._n = kcw, half, n
         self._geometry = np.zeros(n, np.float32)
-        g_far, g_near = self._geometry[2 * kcw : 2 * kcw + 2 * half], self._geometry[2 * kcw + 2 * half :]
-        g_far[:w], g_far[half : half + w] = a.size_y, a.size_x
-        g_near[:w], g_near[half : half + w] = -0.0, -0.0
-        self._cyl_block = self._geometry[: 2 * kcw].reshape(2, kc, w)  # centres, repeated per column
-        self._box_blocks = self._geometry[2 * kcw :].reshape(4, 1 + kb, w)[:, 1:, :]
+        g = self._geometry
+        g[:w], g[half : half + w], g[2 * half : 2 * half + w], g[3 * half : 3 * half + w] = (
+            a.size_y,
+            a.size_x,
+            -0.0,
+            -0.0,
+        )
+        self._box_blocks = g[: 4 * half].reshape(4, 1 + kb, w)[:, 1:, :]
+        self._cyl_block = g[4 * half :].reshape(2, kc, w)  # centres, repeated per column
         self._cyl_xy = self.cyl[0, :, 0:2].T[:, :, None]  # a view: moving cylinders are read as they move
         self._moving = False  # whether this episode's cylinders move (their block is refreshed per observation)
         self._position = np.empty(n, np.float32)
-        # the runs of x and of y in the layout above
         pos = self._position
-        self._pos_runs_x = (pos[:kcw], pos[2 * kcw + half : 2 * kcw + 2 * half], pos[2 * kcw + 3 * half :])
-        self._pos_runs_y = (pos[kcw : 2 * kcw + half], pos[2 * kcw + 2 * half : 2 * kcw + 3 * half])
-        self._offset = np.empty(n, np.float32)
-        self._offset_c, self._offset_wb = self._offset[: 2 * kcw], self._offset[2 * kcw :]
-        # per-yaw ray data: the columns' directions and their inverses, repeated as the blocks above
+        self._pos_runs_x = (pos[half : 2 * half], pos[3 * half : 4 * half + kcw])
+        self._pos_runs_y = (pos[:half], pos[2 * half : 3 * half], pos[4 * half + kcw :])
+        # the offsets, then each cylinder's b = dx * rx + dy * ry (so that rx, ry and b are squared in one call)
+        self._offset = np.empty(n + kcw, np.float32)
+        self._offset_all = self._offset[:n]
+        # per-yaw ray data: the columns' directions, their inverses, and the factors above
         self._yaw_rep = np.empty(w, np.float32)  # the yaw once per column
-        self._ray_yaw: float | None = None  # the float32 yaw the ray data below were computed for
+        self._ray_yaw: float | None = None  # the float32 yaw the ray data were computed for
         self._ang = np.empty(w, np.float32)
-        self._dir = np.empty((2, w), np.float32)  # cos, sin of each column's bearing
-        self._ones = np.ones((2, w), np.float32)
-        self._inv = np.empty((2, w), np.float32)
-        self._inv_rep = np.empty(4 * half, np.float32)
-        self._inv_rep_blocks = self._inv_rep.reshape(2, 2, 1 + kb, w)
-        self._dir_rep = np.empty(2 * kcw, np.float32)
-        self._dir_rep_blocks = self._dir_rep.reshape(2, kc, w)
-        # walls and boxes: scaled = offset / direction; max and min of far and near
-        self._scaled = np.empty(4 * half, np.float32)
-        self._scaled_far, self._scaled_near = self._scaled[: 2 * half], self._scaled[2 * half :]
+        self._ray = np.empty((6, w), np.float32)  # 1/dy, 1/dx, 1/dy, 1/dx, dx (cos), dy (sin)
+        self._ray_dir = self._ray[4:]
+        self._ray_inv = self._ray[:4].reshape(2, 2, w)
+        self._ones = np.ones(w, np.float32)
+        self._ray_counts = [1 + kb] * 4 + [kc] * 2
+        self._factor = np.empty(n, np.float32)
+        self._scaled = np.empty(n, np.float32)  # offsets times factors
+        self._scaled_far, self._scaled_near = self._scaled[: 2 * half], self._scaled[2 * half : 4 * half]
+        # walls and boxes: max and min of far and near
         self._max = np.empty(2 * half, np.float32)  # [wall y, box far y | wall x, box far x]
         self._min = np.empty(2 * half, np.float32)  # [(unused), box near y | (unused), box near x]
         self._wall_y, self._wall_x = self._max[:w], self._max[half : half + w]
         self._far_y, self._far_x = self._max[w:half], self._max[half + w :]
         self._near_y, self._near_x = self._min[w:half], self._min[half + w :]
         self._box_far = np.empty(kb * w, np.float32)
-        self._box_front = np.empty(kb * w, bool)
+        self._box_ok = np.empty(kb * w, bool)
         # cylinders
-        self._cyl_prod, self._cyl_sq = np.empty(2 * kcw, np.float32), np.empty(2 * kcw, np.float32)
-        self._cyl_prod_x, self._cyl_prod_y = self._cyl_prod[:kcw], self._cyl_prod[kcw:]
-        self._cyl_sq_x, self._cyl_sq_y = self._cyl_sq[:kcw], self._cyl_sq[kcw:]
-        self._cyl_b, self._cyl_c = np.empty(kcw, np.float32), np.empty(kcw, np.float32)
+        self._cyl_prod_x, self._cyl_prod_y = self._scaled[4 * half : 4 * half + kcw], self._scaled[4 * half + kcw :]
+        self._cyl_b = self._offset[n:]
+        self._cyl_terms = self._offset[4 * half :]  # rx, ry, b
+        self._cyl_sq = np.empty(3 * kcw, np.float32)  # rx * rx, ry * ry, b * b
+        self._cyl_sq_x, self._cyl_sq_y, self._cyl_sq_b = (
+            self._cyl_sq[:kcw],
+            self._cyl_sq[kcw : 2 * kcw],
+            self._cyl_sq[2 * kcw :],
+        )
+        self._cyl_c = np.empty(kcw, np.float32)
         self._cyl_r2 = np.empty(kcw, np.float32)  # radius ** 2, repeated per column
         self._cyl_r2_blocks = self._cyl_r2.reshape(kc, w)
-        self._zero = np.zeros(max(kc, kb) * w, np.float32)
-        self._zero_c, self._zero_b = self._zero[:kcw], self._zero[: kb * w]
         # hit distance per (row, column): row 0 the walls, then each cylinder, then each box; valid where
         # in front (misses are masked to infinity, as BatchSim._cast's copyto)
         self._hit = np.empty((1 + kc + kb, w), np.float32)
         self._hit_walls = self._hit[0]
         self._hit_c, self._hit_b = self._hit[1 : 1 + kc].reshape(-1), self._hit[1 + kc :].reshape(-1)
+        self._hit_obstacles = self._hit[1:]
         self._valid = np.ones((1 + kc + kb, w), bool)
-        self._valid_c, self._valid_b = self._valid[1 : 1 + kc].reshape(-1), self._valid[1 + kc :].reshape(-1)
+        self._valid_obstacles, self._valid_b = self._valid[1:], self._valid[1 + kc :].reshape(-1)
+        self._zero = np.zeros((kc + kb, w), np.float32)
         self._inf = np.full((1 + kc + kb, w), np.inf, np.float32)
         self._t = np.empty(w, np.float32)
         self._planar = np.empty(w, np.float32)
@@ -794,11 +804,10 @@ class SingleSim(BatchSim):
             yaw32 = self._yaw_rep.item(0)
             if yaw32 != self._ray_yaw or yaw32 == 0.0:  # rays depend on the float32 yaw only (and the sign of 0)
                 np.add(self._yaw_rep, self.col_angle, out=self._ang)
-                np.cos(self._ang, out=self._dir[0])
-                np.sin(self._ang, out=self._dir[1])
-                np.divide(self._ones, self._dir, out=self._inv)  # 1.0 / d
-                self._inv_rep_blocks[...] = self._inv[::-1, None, :]  # 1 / dy, 1 / dx
-                self._dir_rep_blocks[...] = self._dir[:, None, :]
+                np.cos(self._ang, out=self._ray_dir[0])
+                np.sin(self._ang, out=self._ray_dir[1])
+                np.divide(self._ones, self._ray_dir[::-1], out=self._ray_inv)  # 1.0 / d: 1/dy, 1/dx, twice
+                self._factor = np.repeat(self._ray, self._ray_counts, axis=0).reshape(-1)
                 self._ray_yaw = yaw32
             np.multiply(self._cast_one(), self.col_cos, out=self._planar)
             z32 = self._z32.item()
@@ -834,32 +843,30 @@ class SingleSim(BatchSim):
         """
         if self._moving:
             self._cyl_block[...] = self._cyl_xy
-        np.subtract(self._geometry, self._position, out=self._offset)
-        np.multiply(self._offset_wb, self._inv_rep, out=self._scaled)
+        np.subtract(self._geometry, self._position, out=self._offset_all)
+        np.multiply(self._offset_all, self._factor, out=self._scaled)
         np.maximum(self._scaled_far, self._scaled_near, out=self._max)  # walls: max(far, near) per axis
         np.minimum(self._wall_x, self._wall_y, out=self._hit_walls)
+        if not (self._kc or self._kb):
+            return self._hit_walls
         if self._kc:
-            oc, prod, sq, b, cc, h = self._offset_c, self._cyl_prod, self._cyl_sq, self._cyl_b, self._cyl_c, self._hit_c
-            np.multiply(self._dir_rep, oc, out=prod)  # dx * rx, dy * ry
-            np.add(self._cyl_prod_x, self._cyl_prod_y, out=b)
-            np.multiply(oc, oc, out=sq)
+            b, sq, cc, h = self._cyl_b, self._cyl_sq, self._cyl_c, self._hit_c
+            np.add(self._cyl_prod_x, self._cyl_prod_y, out=b)  # dx * rx + dy * ry
+            np.multiply(self._cyl_terms, self._cyl_terms, out=sq)
             np.add(self._cyl_sq_x, self._cyl_sq_y, out=cc)
             np.subtract(cc, self._cyl_r2, out=cc)
-            np.multiply(b, b, out=h)
-            np.subtract(h, cc, out=h)
+            np.subtract(self._cyl_sq_b, cc, out=h)
             np.sqrt(h, out=h)
             np.subtract(b, h, out=h)  # NaN where the ray misses; <= 0 when behind
-            np.greater(h, self._zero_c, out=self._valid_c)
         if self._kb:
-            near, far, ok = self._hit_b, self._box_far, self._valid_b
+            near, far = self._hit_b, self._box_far
             np.minimum(self._scaled_far, self._scaled_near, out=self._min)  # per axis: min(lo, hi)
             np.maximum(self._near_x, self._near_y, out=near)
             np.minimum(self._far_x, self._far_y, out=far)
-            np.less_equal(near, far, out=ok)
-            np.greater(near, self._zero_b, out=self._box_front)
-            np.logical_and(ok, self._box_front, out=ok)
-        if not (self._kc or self._kb):
-            return self._hit_walls
+        np.greater(self._hit_obstacles, self._zero, out=self._valid_obstacles)  # in front
+        if self._kb:
+            np.less_equal(near, far, out=self._box_ok)
+            np.logical_and(self._valid_b, self._box_ok, out=self._valid_b)
         return np.minimum.reduce(np.where(self._valid, self._hit, self._inf), axis=0, out=self._t)
 
     def _corrupt_one(self, flat: np.ndarray) -> None:
