@@ -538,6 +538,41 @@ class SingleSim(BatchSim):
         self._valid_obstacles, self._valid_b = self._valid[1:], self._valid[1 + kc :].reshape(-1)
         self._zero = np.zeros((kc + kb, w), np.float32)
         self._inf = np.full((1 + kc + kb, w), np.inf, np.float32)
+        # the arrays each part of _cast_one uses, read in one attribute access
+        self._cast_walls = (
+            self._offset_all,
+            self._scaled,
+            self._scaled_far,
+            self._scaled_near,
+            self._max,
+            self._wall_x,
+            self._wall_y,
+            self._hit_walls,
+        )
+        self._cast_cylinders = (
+            self._cyl_prod_x,
+            self._cyl_prod_y,
+            self._cyl_b,
+            self._cyl_terms,
+            self._cyl_sq,
+            self._cyl_sq_x,
+            self._cyl_sq_y,
+            self._cyl_sq_b,
+            self._cyl_c,
+            self._cyl_r2,
+            self._hit_c,
+        )
+        self._cast_boxes = (
+            self._min,
+            self._near_x,
+            self._near_y,
+            self._far_x,
+            self._far_y,
+            self._hit_b,
+            self._box_far,
+            self._box_ok,
+            self._valid_b,
+        )
         self._t = np.empty(w, np.float32)
         self._planar = np.empty(w, np.float32)
         self._z32 = np.empty(1, np.float32)
@@ -809,7 +844,7 @@ class SingleSim(BatchSim):
                 np.divide(self._ones, self._ray_dir[::-1], out=self._ray_inv)  # 1.0 / d: 1/dy, 1/dx, twice
                 self._factor = np.repeat(self._ray, self._ray_counts, axis=0).reshape(-1)
                 self._ray_yaw = yaw32
-            np.multiply(self._cast_one(), self.col_cos, out=self._planar)
+            planar = np.multiply(self._cast_one(), self.col_cos, out=self._planar)
             z32 = self._z32.item()
             if z32 != self._surf_z or z32 == 0.0:  # floor and ceiling depend on the float32 altitude only
                 zz = self._z32[:, None]
@@ -820,17 +855,21 @@ class SingleSim(BatchSim):
                 self._surf_z = z32
                 np.multiply(self._surf.clip(self._range_lo, self._range_hi), self._range_scale, out=self._surf_scaled)
                 self._surf_plain = not np.any(np.isnan(surf) | ((surf == 0) & np.signbit(surf)))
-        if self._surf_plain:
+        # The wall terms can be -0.0 (or NaN) only with the camera on a wall's line or an axis: x or y, in
+        # float32, 0 or the arena's size (then (size - o) or -o is a zero, times a negative 1 / d).
+        ox, oy = self._position.item(self._half), self._position.item(0)
+        if self._surf_plain and ox != 0.0 and oy != 0.0 and ox != self._size32[0] and oy != self._size32[1]:
             # clip(min(p, q)) * s == min(clip(p) * s, clip(q) * s) bit for bit: clip and the positive scale are
-            # non-decreasing, so they keep the minimum, and equal results have equal bits as long as no -0.0
-            # meets a +0.0 (planar distances are never -0.0: walls are a maximum with a term > 0, hits are
-            # > 0; the floor and ceiling rows are checked) and NaN stays NaN either way.
-            planar = self._planar
-            planar.clip(self._range_lo, self._range_hi, out=planar)
+            # non-decreasing, so they keep the minimum, and equal results have equal bits when no -0.0 meets
+            # a +0.0: the planar distances hold no -0.0 here (walls: see above; hits are > 0), the floor and
+            # ceiling rows none either (checked when computed), and NaN stays NaN. Without -0.0 and NaN,
+            # clip(p, 0, r) is also minimum(maximum(p, 0), r), which numpy computes with less overhead.
+            np.maximum(planar, self._range_lo, out=planar)
+            np.minimum(planar, self._range_hi, out=planar)
             np.multiply(planar, self._range_scale, out=planar)
             np.minimum(planar[None, :], self._surf_scaled, out=image)
             return
-        np.minimum(self._planar[None, :], self._surf, out=image)
+        np.minimum(planar[None, :], self._surf, out=image)
         image.clip(self._range_lo, self._range_hi, out=image)
         np.multiply(image, self._range_scale, out=image)
 
@@ -843,31 +882,33 @@ class SingleSim(BatchSim):
         """
         if self._moving:
             self._cyl_block[...] = self._cyl_xy
-        np.subtract(self._geometry, self._position, out=self._offset_all)
-        np.multiply(self._offset_all, self._factor, out=self._scaled)
-        np.maximum(self._scaled_far, self._scaled_near, out=self._max)  # walls: max(far, near) per axis
-        np.minimum(self._wall_x, self._wall_y, out=self._hit_walls)
+        (offset, scaled, far, near, mx, wall_x, wall_y, walls) = self._cast_walls
+        np.subtract(self._geometry, self._position, out=offset)
+        np.multiply(offset, self._factor, out=scaled)
+        np.maximum(far, near, out=mx)  # walls: max(far, near) per axis
+        np.minimum(wall_x, wall_y, out=walls)
         if not (self._kc or self._kb):
-            return self._hit_walls
+            return walls
         if self._kc:
-            b, sq, cc, h = self._cyl_b, self._cyl_sq, self._cyl_c, self._hit_c
-            np.add(self._cyl_prod_x, self._cyl_prod_y, out=b)  # dx * rx + dy * ry
-            np.multiply(self._cyl_terms, self._cyl_terms, out=sq)
-            np.add(self._cyl_sq_x, self._cyl_sq_y, out=cc)
-            np.subtract(cc, self._cyl_r2, out=cc)
-            np.subtract(self._cyl_sq_b, cc, out=h)
+            (prod_x, prod_y, b, terms, sq, sq_x, sq_y, sq_b, cc, r2, h) = self._cast_cylinders
+            np.add(prod_x, prod_y, out=b)  # dx * rx + dy * ry
+            np.multiply(terms, terms, out=sq)  # rx * rx, ry * ry, b * b
+            np.add(sq_x, sq_y, out=cc)
+            np.subtract(cc, r2, out=cc)
+            np.subtract(sq_b, cc, out=h)
             np.sqrt(h, out=h)
             np.subtract(b, h, out=h)  # NaN where the ray misses; <= 0 when behind
         if self._kb:
-            near, far = self._hit_b, self._box_far
-            np.minimum(self._scaled_far, self._scaled_near, out=self._min)  # per axis: min(lo, hi)
-            np.maximum(self._near_x, self._near_y, out=near)
-            np.minimum(self._far_x, self._far_y, out=far)
+            (mn, near_x, near_y, far_x, far_y, box_near, box_far, box_ok, valid_b) = self._cast_boxes
+            np.minimum(far, near, out=mn)  # per axis: min(lo, hi)
+            np.maximum(near_x, near_y, out=box_near)
+            np.minimum(far_x, far_y, out=box_far)
+        hit, valid = self._hit, self._valid
         np.greater(self._hit_obstacles, self._zero, out=self._valid_obstacles)  # in front
         if self._kb:
-            np.less_equal(near, far, out=self._box_ok)
-            np.logical_and(self._valid_b, self._box_ok, out=self._valid_b)
-        return np.minimum.reduce(np.where(self._valid, self._hit, self._inf), axis=0, out=self._t)
+            np.less_equal(box_near, box_far, out=box_ok)
+            np.logical_and(valid_b, box_ok, out=valid_b)
+        return np.minimum.reduce(np.where(valid, hit, self._inf), axis=0, out=self._t)
 
     def _corrupt_one(self, flat: np.ndarray) -> None:
         """BatchSim._corrupt for the one env: the same hash, with its per-pixel term precomputed."""

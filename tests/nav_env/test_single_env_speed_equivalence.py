@@ -248,7 +248,9 @@ def test_observations_match_in_any_pose(level, overrides):
     sx, sy, ceil = cfg.arena.size_x, cfg.arena.size_y, cfg.arena.ceiling
     rng = np.random.default_rng(5)
     poses = [(rng.uniform(-2, sx + 2), rng.uniform(-2, sy + 2), rng.uniform(-1, ceil + 1)) for _ in range(150)]
-    poses += [(x, y, z) for x in (0.0, -0.0, sx, 15.0) for y in (0.0, sy, 7.5) for z in (0.0, -0.0, ceil, 2.0)]
+    edges_x = (0.0, -0.0, sx, 15.0, 1e-46, -1e-46, sx + 1e-12)  # exactly on a wall's line, or in float32
+    edges_y = (0.0, -0.0, sy, 7.5)
+    poses += [(x, y, z) for x in edges_x for y in edges_y for z in (0.0, -0.0, ceil, 2.0, 1e-44)]
     # a yaw that makes a column's bearing exactly 0 (sin 0: an infinite inverse)
     col0 = -float(fast.sim.col_angle[0])
     yaws = [0.0, -0.0, math.pi / 2, -math.pi, math.pi, 1e-9, col0, *rng.uniform(-math.pi, math.pi, 6).tolist()]
