@@ -3,10 +3,12 @@
     python -m nav_env.bench [--level default] [--num-envs 64] [--seconds 2] [--rounds 3] [--out FILE]
     python -m nav_env.bench --camera 144x256      # Air Learning-sized depth image (default 32x32)
 
-Random actions, autoresets included, one thread. The three are measured in interleaved rounds in the
-same run and two ratios are reported from the medians: native / Sync, and single / native, the single
+Random actions, autoresets included, one thread. The three are measured in the same run, in rounds of
+``--seconds`` each, and within a round in turns of ``--seconds / --slices`` (single, Sync, native, single,
+...): on a shared host the machine's speed drifts over seconds, and the turns expose all three to the
+same drift. Two ratios are reported from the medians: native / Sync, and single / native, the single
 env's env-step rate over the native vector env's (the price of stepping one env at a time, as the HIL
-loop does, against the batched cost of one env-step).
+loop does, against the batched cost of one env-step), also per round.
 """
 
 from __future__ import annotations
@@ -38,29 +40,56 @@ def _actions(n: int, batch: int | None, seed: int = 0) -> np.ndarray:
     return rng.integers(0, 25, size=(n, batch) if batch else n)
 
 
+class SingleRun:
+    """One NavEnv flown with random actions (resetting at each episode's end), in turns of given length."""
+
+    def __init__(self, level: str, overrides: dict | None = None):
+        self.env = NavEnv(level, overrides=overrides)
+        self.env.reset(seed=0)
+        self.acts = _actions(256, None).tolist()
+        self.t = 0
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        """(env-steps, seconds) of one turn of at least ``seconds``."""
+        env, acts, steps, t0 = self.env, self.acts, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(32):
+                _, _, te, tr, _ = env.step(acts[self.t % len(acts)])
+                self.t += 1
+                steps += 1
+                if te or tr:
+                    env.reset()
+        return steps, time.perf_counter() - t0
+
+
+class VectorRun:
+    """A vector env of ``num_envs`` stepped with random actions (autoreset), in turns of given length."""
+
+    def __init__(self, envs, num_envs: int):
+        self.envs, self.num_envs = envs, num_envs
+        self.envs.reset(seed=0)
+        self.acts = _actions(32, num_envs)
+        self.t = 0
+
+    def run(self, seconds: float) -> tuple[int, float]:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            self.envs.step(self.acts[self.t % len(self.acts)])
+            self.t += 1
+            steps += self.num_envs
+        return steps, time.perf_counter() - t0
+
+
 def bench_single(level: str, seconds: float, overrides: dict | None = None) -> float:
-    env = NavEnv(level, overrides=overrides)
-    env.reset(seed=0)
-    acts = _actions(4096, None)
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for a in acts[:256]:
-            _, _, te, tr, _ = env.step(a)
-            steps += 1
-            if te or tr:
-                env.reset()
-    return steps / (time.perf_counter() - t0)
+    """Env-steps/s of one NavEnv over ``seconds``."""
+    steps, elapsed = SingleRun(level, overrides).run(seconds)
+    return steps / elapsed
 
 
 def bench_vector(envs, num_envs: int, seconds: float) -> float:
-    envs.reset(seed=0)
-    acts = _actions(256, num_envs)
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for a in acts[:32]:
-            envs.step(a)
-            steps += num_envs
-    return steps / (time.perf_counter() - t0)
+    """Env-steps/s of a vector env over ``seconds``."""
+    steps, elapsed = VectorRun(envs, num_envs).run(seconds)
+    return steps / elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,13 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slices", type=int, default=8, help="turns per round (each env runs seconds/slices per turn)")
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     p.add_argument(
         "--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)"
     )
     args = p.parse_args(argv)
-    if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1:
-        raise UserError("--num-envs, --seconds and --rounds must be positive")
+    if args.num_envs < 1 or args.seconds <= 0 or args.rounds < 1 or args.slices < 1:
+        raise UserError("--num-envs, --seconds, --rounds and --slices must be positive")
     overrides = camera_overrides(args.camera) if args.camera else None
     load_level(args.level, overrides)
 
@@ -83,9 +113,21 @@ def main(argv: list[str] | None = None) -> int:
     sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level, overrides=overrides) for _ in range(args.num_envs)])
     runs: dict[str, list[float]] = {"single": [], "sync_vector": [], "native_vector": []}
     for r in range(args.rounds):
-        runs["single"].append(bench_single(args.level, args.seconds, overrides))
-        runs["sync_vector"].append(bench_vector(sync, args.num_envs, args.seconds))
-        runs["native_vector"].append(bench_vector(native, args.num_envs, args.seconds))
+        # fresh envs each round, as the episodes they start from; then turns in a fixed order
+        runners: dict[str, SingleRun | VectorRun] = {
+            "single": SingleRun(args.level, overrides),
+            "sync_vector": VectorRun(sync, args.num_envs),
+            "native_vector": VectorRun(native, args.num_envs),
+        }
+        done = {k: 0 for k in runners}
+        took = {k: 0.0 for k in runners}
+        for _ in range(args.slices):
+            for k, runner in runners.items():
+                steps, elapsed = runner.run(args.seconds / args.slices)
+                done[k] += steps
+                took[k] += elapsed
+        for k in runners:
+            runs[k].append(done[k] / took[k])
         print(
             f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in runs.items()), file=sys.stderr
         )
@@ -96,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_envs": args.num_envs,
         "seconds": args.seconds,
         "rounds": args.rounds,
+        "slices": args.slices,
         "env_steps_per_s": med,
         "native_over_sync": med["native_vector"] / med["sync_vector"],
         "single_over_native": med["single"] / med["native_vector"],
