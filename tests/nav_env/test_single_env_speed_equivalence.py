@@ -15,6 +15,7 @@ import pytest
 
 from nav_env.arena import make_episode
 from nav_env.baselines import HeuristicPolicy
+from nav_env.config import camera_overrides
 from nav_env.env import NavEnv
 from nav_env.sim import BatchSim, SingleSim
 
@@ -88,6 +89,7 @@ CASES = [
     ("hard", {"camera.width": 64, "camera.height": 64}),
     ("default", {"camera.width": 48, "camera.height": 20, "camera.vfov_deg": 50.0, "camera.dropout": 0.1}),
 ]
+AIRLEARNING = ("hard", camera_overrides("144x256"))  # Air Learning's image: 144 x 256, 90 x 90 degrees
 
 
 @pytest.mark.parametrize(("level", "overrides"), CASES)
@@ -99,6 +101,13 @@ def test_random_actions_match_the_batch_code(level, overrides):
         rng = np.random.default_rng(1000 + seed)
         flown += fly_pair(fast, ref, seed, lambda obs, t, rng=rng: kinds[t % 3](rng.integers(0, 25)))
     assert flown > 1500
+
+
+def test_air_learning_sized_camera_matches_the_batch_code():
+    fast, ref = pair(*AIRLEARNING)
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        fly_pair(fast, ref, seed, lambda obs, t, rng=rng: int(rng.integers(0, 25)), steps=150)
 
 
 @pytest.mark.parametrize("level", ["default", "hard", "easy"])
@@ -237,7 +246,7 @@ def test_copies_and_pickles_fly_on_exactly(level):
                 break
 
 
-@pytest.mark.parametrize(("level", "overrides"), CASES)
+@pytest.mark.parametrize(("level", "overrides"), [*CASES, AIRLEARNING])
 def test_observations_match_in_any_pose(level, overrides):
     """The fast observation against BatchSim.observe on the same state, over random poses in and around
     the arena and exact edge cases: on a wall, on the floor and at the ceiling (-0.0 depths), at +-0.0, outside."""
