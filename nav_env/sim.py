@@ -855,16 +855,16 @@ class SingleSim(BatchSim):
                 self._surf_z = z32
                 np.multiply(self._surf.clip(self._range_lo, self._range_hi), self._range_scale, out=self._surf_scaled)
                 self._surf_plain = not np.any(np.isnan(surf) | ((surf == 0) & np.signbit(surf)))
-        # The wall terms can be -0.0 (or NaN) only with the camera on a wall's line or an axis: x or y, in
-        # float32, 0 or the arena's size (then (size - o) or -o is a zero, times a negative 1 / d).
+        # With the camera strictly inside the arena (x and y in float32), every planar distance is >= +0.0:
+        # per axis one wall term is (size - o) or -o, > 0, times 1 / d with |1 / d| >= 1 (so > 0, or +inf),
+        # hits are > 0, and the column cosines > 0. Outside or on a wall's line (a zero wall term: -0.0 or
+        # NaN possible) the batch order below.
         ox, oy = self._position.item(self._half), self._position.item(0)
-        if self._surf_plain and ox != 0.0 and oy != 0.0 and ox != self._size32[0] and oy != self._size32[1]:
+        if self._surf_plain and 0.0 < ox < self._size32[0] and 0.0 < oy < self._size32[1]:
             # clip(min(p, q)) * s == min(clip(p) * s, clip(q) * s) bit for bit: clip and the positive scale are
             # non-decreasing, so they keep the minimum, and equal results have equal bits when no -0.0 meets
-            # a +0.0: the planar distances hold no -0.0 here (walls: see above; hits are > 0), the floor and
-            # ceiling rows none either (checked when computed), and NaN stays NaN. Without -0.0 and NaN,
-            # clip(p, 0, r) is also minimum(maximum(p, 0), r), which numpy computes with less overhead.
-            np.maximum(planar, self._range_lo, out=planar)
+            # a +0.0: the planar distances hold none (above), the floor and ceiling rows none either (checked
+            # when computed), and NaN stays NaN. For p >= +0.0, clip(p, 0, r) is minimum(p, r).
             np.minimum(planar, self._range_hi, out=planar)
             np.multiply(planar, self._range_scale, out=planar)
             np.minimum(planar[None, :], self._surf_scaled, out=image)
