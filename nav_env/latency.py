@@ -59,22 +59,20 @@ class LatencySource:
     def delay_s(self, measured_rtt_ns: int) -> float:
         if self.kind == "measured":
             return measured_rtt_ns / 1e9
-        if self.kind == "fixed":
-            return self.fixed_s
-        if self._rng is None:
-            raise RuntimeError("start_episode() first: a replay draws from the episode's generator")
-        return float(np.interp(self._rng.random(), QUANTILE_LEVELS, self.quantiles_us)) / 1e6
+        return self.delay_from(self._rng)  # a fixed source ignores the generator
 
     def episode_generator(self, seed: int) -> np.random.Generator:
         """The generator :meth:`start_episode` would make: one per env when episodes run side by side."""
         return np.random.default_rng([seed, 0x1A7E])
 
-    def delay_from(self, rng: np.random.Generator) -> float:
+    def delay_from(self, rng: np.random.Generator | None) -> float:
         """One delay in seconds drawn with ``rng`` (a fixed source ignores it)."""
         if self.kind == "fixed":
             return self.fixed_s
         if self.kind != "replay":
             raise RuntimeError(f"delay_from() needs a fixed or replay source, not {self.spec}")
+        if rng is None:
+            raise RuntimeError("a replay draws from a generator: start_episode() or episode_generator() first")
         return float(np.interp(rng.random(), QUANTILE_LEVELS, self.quantiles_us)) / 1e6
 
     def draw(self, n: int) -> np.ndarray:
