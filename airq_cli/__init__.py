@@ -28,7 +28,7 @@ from airq_cli.contract import (
     error_line,
     run,
 )
-from airq_cli.files import MISSING, json_text, jsonable, shown, write_atomic, write_json
+from airq_cli.files import MISSING, json_text, jsonable, known_fields, shown, write_atomic, write_json
 from airq_cli.parser import ArgumentParser, HelpFormatter, defaults_from
 from airq_cli.paths import check_output_dir, check_output_file, file_mode, output_dir, output_file
 from airq_cli.progress import Progress, progress
@@ -53,6 +53,7 @@ __all__ = [
     "MISSING",
     "json_text",
     "jsonable",
+    "known_fields",
     "shown",
     "write_atomic",
     "write_json",

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,11 @@ def shown(value: Any, spec: str = "", suffix: str = "") -> str:
     if value is None or (isinstance(value, float) and value != value):
         return MISSING
     return f"{value:{spec}}{suffix}"
+
+
+def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``data`` that are fields of the dataclass ``cls`` (for ``cls(**...)``): a result file
+    from an earlier version may lack fields added since (they take their defaults) or carry fields since
+    removed (ignored), so reading one back never depends on the exact version that wrote it."""
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    return {k: v for k, v in data.items() if k in names}

@@ -45,8 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from airq_cli import EXIT_USAGE, ArgumentParser, UserError, defaults_from, output_dir, run, shown
-from deployment_study.records import known_fields
+from airq_cli import EXIT_USAGE, ArgumentParser, UserError, defaults_from, known_fields, output_dir, run, shown
 
 if TYPE_CHECKING:
     from device_emulation.memlimit import MemoryCgroup

@@ -39,14 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airq_cli import write_json
+from airq_cli import known_fields, write_json
 from deployment_study.memfit import MemfitRow, MemfitRun, Ratios
-from deployment_study.records import known_fields
 from hil.run import UserError
 
 if TYPE_CHECKING:
     from deployment_study.study import StudyArgs
-    from hil.profiles import DeviceProfile
+    from device_emulation.profiles import DeviceProfile
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024

@@ -25,11 +25,12 @@ from deployment_study.memory_stage import (
     condition_label,
     verdict,
 )
+from deployment_study.render_latency import latency_sweep_figure, md_latency
 from deployment_study.results import PRECISIONS, StudyResults
 from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
+from device_emulation.profiles import load_profiles
 from firmware_bridge.device import format_versions
-from hil.profiles import load_profiles
 
 # ---------------------------------------------------------------------------------- cells
 
@@ -88,7 +89,7 @@ def md_header(data: StudyResults) -> str:
             f"**Honest labelling: sim-only, profile `{p.get('name')}`.** The bridge runs on this machine as a separate "
             f"process ({p.get('emulated')}). Every time below is this machine's, not a Raspberry Pi's; the only Pi "
             'figures are the roofline predictions, labelled "predicted on Pi (roofline)", from published bandwidth '
-            "and throughput figures (hil/profiles.toml).",
+            "and throughput figures (device_emulation/profiles.toml).",
             "",
         ]
     else:
@@ -190,10 +191,12 @@ def md_roofline(data: StudyResults) -> str:
     out = [
         "## Roofline",
         "",
-        "time >= weight bytes / bandwidth and >= ops / throughput (ops = 2 x multiply-adds, one per weight; fp32 "
-        "throughput for fp32 weights, int8 for int8; biases, activations, (de)quantisation and per-operator runtime cost "
-        "not counted). Predicted = the larger bound. A Pi prediction is shown only where the prediction for the "
-        "machine that ran the timing pass agrees with its measured p50 within 2x.",
+        "time = fixed cost + max(weight bytes / bandwidth, ops / throughput) (ops = 2 x multiply-adds, one per "
+        "weight; fp32 throughput for fp32 weights, int8 for int8; biases, activations and (de)quantisation "
+        "arithmetic not counted). The fixed cost is the runtime's per call and per operator. The bandwidth is the "
+        "cache's for weights that fit in the core's own cache (here its private L2, on a Pi its L2) and DRAM's for "
+        "larger ones: between two acts the shared cache does not keep them. A Pi prediction is shown only where the "
+        "prediction for the machine that ran the timing pass agrees with its measured p50 within 2x.",
         "",
     ]
     if m:
@@ -201,49 +204,63 @@ def md_roofline(data: StudyResults) -> str:
             f"{int(k) / 1e6:.2f} MB: {v:.1f}" for k, v in sorted(m.bandwidth_gbs.items(), key=lambda kv: int(kv[0]))
         )
         tp = m.throughput_gops
+        nulls = [t.null_model.device_inference_us.p50 for t in data.timing.values() if t.null_model]
+        null = f"{min(nulls):.1f}-{max(nulls):.1f} us (the timing passes' null model, p50)" if nulls else MISSING
         out += [
             f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
-            f"DRAM ({m.dram_bytes // 2**20} MB) {m.dram_bandwidth_gbs:.1f} GB/s. Matrix-product throughput "
-            f"(onnxruntime, one thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s.",
+            f"DRAM ({m.dram_bytes // 2**20} MB) {m.dram_bandwidth_gbs:.1f} GB/s; private cache "
+            f"{m.private_cache_bytes // 1024} KB. Matrix-product throughput (onnxruntime, one thread): fp32 "
+            f"{tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s. Fixed cost: per call {null}; per "
+            f"operator {m.operator_us:.2f} us, per quantized matrix product {m.quantized_operator_us:.2f} us.",
             "",
         ]
     where = next((e.check.where for e in entries if e.check), None)
     if where:
         out += [f"Check against {where}: predicted us from its figures, measured = its timing-pass p50.", ""]
     head = (
-        "| model | weight MB | Mop | predicted us (bound) | measured p50 us | measured / predicted | agrees (2x) | "
+        "| model | weight MB | Mop | operators | predicted us (fixed + bound, weights from) | measured p50 us | "
+        "measured / predicted | agrees (2x) | "
         + " | ".join(f"predicted on Pi ({b}) (roofline) ms" for b in boards)
         + " |"
     )
-    out += [head, "|" + "---|" * (7 + len(boards))]
+    out += [head, "|" + "---|" * (8 + len(boards))]
     for e in entries:
         c = e.check
         preds = []
         for b in boards:
             p = e.predicted_on_pi[b]
             if p.shown:
-                preds.append(f"{_ms(p.predicted_s)} ({p.bound_by}{', fits in cache' if p.fits_in_cache else ''})")
+                preds.append(f"{_ms(p.predicted_s)} ({p.bound_by}, weights from {p.weights_from or 'DRAM'})")
             elif p.missing:
                 preds.append("no figure: " + ", ".join(p.missing))
             else:
                 preds.append("not shown (check failed)" if c else "not shown (no check)")
         predicted_s, measured_s = (c.predicted_s, c.measured_s) if c else (None, None)
+        how = f"{_us(c.fixed_s * 1e6)} + {c.bound_by}, {c.weights_from}" if c and c.bound_by else MISSING
+        ops = f"{e.cost.operators} ({e.cost.quantized_operators} quantized)" if e.cost.operators else MISSING
         out.append(
-            f"| {Path(e.model).stem} | {e.cost.weight_bytes / 1e6:.2f} | {e.cost.ops / 1e6:.2f} | "
-            f"{_us(predicted_s * 1e6 if predicted_s else None)} ({(c and c.bound_by) or MISSING}) | "
+            f"| {Path(e.model).stem} | {e.cost.weight_bytes / 1e6:.2f} | {e.cost.ops / 1e6:.2f} | {ops} | "
+            f"{_us(predicted_s * 1e6 if predicted_s else None)} ({how}) | "
             f"{_us(measured_s * 1e6 if measured_s else None)} | {_x(c.measured_over_predicted if c else None)} | "
             f"{'yes' if c and c.agrees else 'no'} | " + " | ".join(preds) + " |"
         )
     out.append("")
-    out += ["Pi figures and their sources (hil/profiles.toml):", ""]
+    out += ["Pi figures and their sources (device_emulation/profiles.toml):", ""]
     for name, board in load_profiles().items():
         if not board.has_roofline():
             continue
-        sources = (board.memory_bandwidth_source, board.compute_source, board.int8_source, board.cache_source)
+        sources = (
+            board.memory_bandwidth_source,
+            board.compute_source,
+            board.int8_source,
+            board.cache_source,
+            board.fixed_source,
+        )
+        fixed = f"{board.fixed_us:g} us" if board.fixed_us else "not known (the prediction leaves it out)"
         out.append(
             f"- **{name}**: DRAM {board.memory_bandwidth_gbs} GB/s, fp32 {board.compute_gflops} Gop/s, int8 "
-            f"{board.int8_gops if board.int8_gops else 'none'} Gop/s, cache {board.cache_kb} KB. Sources: "
-            + " / ".join(" ".join(source.split()) for source in sources if source)
+            f"{board.int8_gops if board.int8_gops else 'none'} Gop/s, cache {board.cache_kb} KB, fixed cost {fixed}. "
+            "Sources: " + " / ".join(" ".join(source.split()) for source in sources if source)
         )
     return "\n".join(out) + "\n"
 
@@ -516,6 +533,7 @@ MARKDOWN_SECTIONS: list[Callable[[StudyResults], str]] = [
     md_seed,
     md_roofline,
     md_memory,
+    md_latency,
     md_targets,
     md_files,
 ]
@@ -531,7 +549,7 @@ PRECISION_COLORS = {"fp32": "tab:blue", "fp16": "tab:orange", "int8": "tab:green
 
 
 def write_plots(out: Path, data: StudyResults) -> list[Path]:
-    """latency.png, success.png and memory_over_time.png in ``out``."""
+    """latency.png, success.png, memory_over_time.png and (with the latency stage) latency_sweep.png in ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -544,6 +562,8 @@ def write_plots(out: Path, data: StudyResults) -> list[Path]:
         save_figure(_success_figure(plt, data), out / "success.png"),
         save_figure(_memory_figure(plt, data), out / "memory_over_time.png"),
     ]
+    if data.latency and data.latency.sweep:
+        paths.append(save_figure(latency_sweep_figure(plt, data.latency), out / "latency_sweep.png"))
     plt.close("all")
     return paths
 

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airq_cli import known_fields
+from deployment_study.latency_stage import LatencyResult
 from deployment_study.memory_stage import MemoryResult
-from deployment_study.records import known_fields
-from deployment_study.roofline import Check, DevicePrediction, MachineFigures, ModelCost
 from deployment_study.seed import TABLE4, SeedTable
+from device_emulation.roofline import Check, DevicePrediction, MachineFigures, ModelCost
 
 if TYPE_CHECKING:
     from deployment_study.study import StudyArgs
@@ -69,6 +70,16 @@ class ModelTiming:
     round_trip_us: Latency
     acts: int
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelTiming:
+        return cls(
+            **known_fields(cls, data)
+            | {
+                "device_inference_us": Latency.from_dict(data["device_inference_us"]),
+                "round_trip_us": Latency.from_dict(data["round_trip_us"]),
+            }
+        )
+
 
 @dataclass(frozen=True)
 class TimingPass:
@@ -78,20 +89,13 @@ class TimingPass:
     acts_per_round: int
     observations: int  # recorded observations the acts cycle through
     models: dict[str, ModelTiming]  # model path -> its timing
+    null_model: ModelTiming | None = None  # a one-unit model timed alongside: the runtime's fixed cost per call there
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TimingPass:
         values = known_fields(cls, data)
-        values["models"] = {
-            path: ModelTiming(
-                **known_fields(ModelTiming, m)
-                | {
-                    "device_inference_us": Latency.from_dict(m["device_inference_us"]),
-                    "round_trip_us": Latency.from_dict(m["round_trip_us"]),
-                }
-            )
-            for path, m in data["models"].items()
-        }
+        values["models"] = {path: ModelTiming.from_dict(m) for path, m in data["models"].items()}
+        values["null_model"] = ModelTiming.from_dict(data["null_model"]) if data.get("null_model") else None
         return cls(**values)
 
 
@@ -203,7 +207,7 @@ class StudyResults:
     date: str  # when its first session ran
     args: StudyArgs
     mode: str  # "sim-only" or "device HOST:PORT"
-    profile: dict[str, Any] | None  # the resource profile's fields (hil/profiles.toml) and "emulated"
+    profile: dict[str, Any] | None  # the resource profile's fields (device_emulation/profiles.toml) and "emulated"
     device: dict[str, Any] | None = None  # the device's hello as hil.run reported it
     host_versions: dict[str, str]  # this session's packages on this side
     complete: bool = False
@@ -215,6 +219,7 @@ class StudyResults:
     targets: list[Target] = field(default_factory=list)
     seed: SeedTable = TABLE4
     memory: MemoryResult | None = None  # the memory stage (None: off)
+    latency: LatencyResult | None = None  # the latency stage (None: off)
     sessions: list[Session] = field(default_factory=list)
     rendered: str | None = None  # when study.md was last written
     wall_s: float | None = None  # all sessions together, once complete

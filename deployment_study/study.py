@@ -14,10 +14,10 @@ int8-dynamic; default: the 12 shipped models) and each level:
 2. timing pass (once per group, after its closed loops): the device runs N acts per model on
    observations recorded from the levels, the models interleaved round by round, so the speed-up
    ratio is not at the mercy of one noisy stretch of time;
-3. roofline (deployment_study.roofline): with --sim-only this machine's bandwidth and compute throughput are
+3. roofline (device_emulation.roofline): with --sim-only this machine's bandwidth and compute throughput are
    measured (pinned to one core like the bridge) and each model's predicted time is checked against
    its measured timing-pass p50; only where they agree within 2x is a prediction shown for the
-   real Pi boards of hil/profiles.toml ("predicted on Pi (roofline)");
+   real Pi boards of device_emulation/profiles.toml ("predicted on Pi (roofline)");
 4. memory (deployment_study.memory_stage; on with a sim-only profile that has a memory size, e.g. pi3b, off with
    --no-memory-study): Policy III widened to Air Learning's 144 x 256 depth image (615 MB fp32) and its
    static int8 (cached by sha256), flown by deployment_study.memfit unconstrained and in memory cgroups at the
@@ -67,7 +67,7 @@ from airq_cli import (
     write_atomic,
     write_json,
 )
-from deployment_study import memory_stage, render, roofline
+from deployment_study import latency_stage, memory_stage, render
 from deployment_study.memory_stage import MemoryPlan, MemoryResult
 from deployment_study.results import (
     PRECISIONS,
@@ -85,12 +85,13 @@ from deployment_study.results import (
     Target,
     TimingPass,
 )
-from deployment_study.roofline import MachineFigures
 from deployment_study.seed import label as policy_label
+from device_emulation import roofline
+from device_emulation.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
+from device_emulation.roofline import MachineFigures
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from hil.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from hil.report import percentiles_us, read_run_log
 from hil.run import CommandLineProgress, RunArgs, UserError
 from hil.run import run as hil_run
@@ -126,6 +127,8 @@ class StudyArgs:
     memory_thrash_acts: int = 8
     memory_calibration_episodes: int = 20
     memory_cache: str = str(memory_stage.DEFAULT_CACHE)
+    # the latency stage (deployment_study.latency_stage): on when the profile names a board with roofline figures
+    latency_study: bool = True
 
 
 def parse_args(argv: list[str] | None) -> StudyArgs:
@@ -138,7 +141,7 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     p.add_argument("--port", type=int)
     p.add_argument(
         "--profile",
-        help="--sim-only: resource profile (hil/profiles.toml; default native); "
+        help="--sim-only: resource profile (device_emulation/profiles.toml; default native); "
         "--host: the board, for its roofline figures",
     )
     p.add_argument(
@@ -185,6 +188,13 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
         "--memory-cache",
         metavar="DIR",
         help="where the large models are kept between studies (default .cache/study-memory)",
+    )
+    lat = p.add_argument_group("latency stage (does int8's speed on the board turn into success? docs/latency.md)")
+    lat.add_argument(
+        "--latency-study",
+        action=argparse.BooleanOptionalAction,
+        help="fly every model with a board prediction at its predicted delay, and the fp32/int8 delay sweep "
+        "(needs --profile naming a board with roofline figures, e.g. pi3b)",
     )
     defaults_from(p, StudyArgs)  # each default written once, in StudyArgs
     p.set_defaults(models=None)  # shown as "the 12 shipped models", filled in below
@@ -342,6 +352,8 @@ class Study:
             self.save()
         self.run_memory_stage(memory_stage.previous_measured(previous.get("memory")))
         self.save()
+        self.run_latency_stage()
+        self.save()
         r.complete = True
         if self.measured_anything:  # a rerun that only re-renders finished results is not a session
             r.sessions.append(
@@ -365,7 +377,7 @@ class Study:
                 *_cpu_prefix(self.profile),
                 sys.executable,
                 "-m",
-                "deployment_study.roofline",
+                "device_emulation.roofline",
                 "measure",
                 "--out",
                 str(path),
@@ -442,7 +454,7 @@ class Study:
         )
         self.measured_anything = True
         obs = recorded_observations(a.levels, a.seed, a.timing_acts)
-        result = timing_pass(models, obs, a, self.profile)
+        result = timing_pass(models, obs, a, self.profile, null_model(path.parent, obs.shape[1]))
         write_json(path, result)
         self.results.timing[group] = result
         summary = ", ".join(f"{Path(m).stem} p50 {t.device_inference_us.p50:.1f} us" for m, t in result.models.items())
@@ -460,6 +472,105 @@ class Study:
         )
         self.results.memory = out.memory
         self.measured_anything = self.measured_anything or out.measured
+
+    def run_latency_stage(self) -> None:
+        board = self.profile
+        if not self.args.latency_study or board is None or not board.has_roofline():
+            return
+        self.results.roofline = build_roofline(self.results, self.groups, self.profile)
+        targets, skipped = latency_targets(self.results, self.groups, board)
+        t0 = time.monotonic()
+        sweep_group = next(
+            (m.group for ms in self.groups.values() for m in ms if m.path == self.args.memory_source), None
+        )
+        result = latency_stage.run_stage(
+            targets,
+            board.name,
+            self.args.episodes,
+            self.args.seed,
+            self.out,
+            self.say,
+            sweep_group=sweep_group or list(self.groups)[-1],
+        )
+        result.skipped = skipped
+        self.measured_anything = self.measured_anything or time.monotonic() - t0 > 5  # more than re-reading flights
+        self.results.latency = result
+
+
+def latency_targets(
+    results: StudyResults, groups: dict[str, list[Model]], board: DeviceProfile
+) -> tuple[list[latency_stage.Target], list[str]]:
+    """Every model whose board prediction is shown, at each level; then the memory stage's Air Learning-sized
+    Policy III, its predicted delays flown by its source group's networks. Also what was left out, and why."""
+    entries = {e.model: e for e in results.roofline}
+    targets, skipped = [], []
+    for cell in results.cells.values():
+        for run in cell.runs:
+            entry = entries.get(run["policy"])
+            pred = entry.predicted_on_pi.get(board.name) if entry else None
+            if pred is None or not pred.shown or pred.predicted_s is None:
+                why = "no roofline entry" if pred is None else ", ".join(pred.missing) or "the roofline check failed"
+                skipped.append(f"{cell.level} {Path(run['policy']).stem}: no {board.name} prediction ({why})")
+                continue
+            targets.append(
+                latency_stage.Target(
+                    level=cell.level,
+                    group=cell.group,
+                    precision=entry.precision if entry else "",
+                    model=run["policy"],
+                    predicted_ms=pred.predicted_s * 1e3,
+                    prediction="roofline",
+                    loop_outcomes=[e["outcome"] for e in sorted(run["episodes"], key=lambda e: e["episode"])],
+                )
+            )
+    memory = results.memory
+    if memory is None or memory.models is None or memory.status != "done":
+        return targets, skipped
+    wide_source = Path(memory.models.source).resolve()
+    source = next((m for ms in groups.values() for m in ms if Path(m.path).resolve() == wide_source), None)
+    if source is None:
+        skipped.append(f"Air Learning-sized: its source {memory.models.source} is not one of the study's models")
+        return targets, skipped
+    for precision, built in (("fp32", memory.models.fp32), ("int8", memory.models.int8)):
+        stand_in = next((m for m in groups[source.group] if m.precision == precision), None)
+        shown = stand_in and entries.get(stand_in.path) and entries[stand_in.path].predicted_on_pi.get(board.name)
+        if stand_in is None or not shown or not shown.shown:
+            skipped.append(f"Air Learning-sized {precision}: no checked {board.name} prediction for its stand-in")
+            continue
+        big = roofline.predict_device(roofline.model_cost(built.path), board)
+        slowdown, where = memory_slowdown(memory, built.path, board.memory_mb)
+        if big.predicted_s is None or slowdown is None:
+            skipped.append(f"Air Learning-sized {precision}: {where}")
+            continue
+        for level in results.args.levels:
+            targets.append(
+                latency_stage.Target(
+                    level=level,
+                    group=source.group,
+                    precision=precision,
+                    model=stand_in.path,
+                    predicted_ms=big.predicted_s * 1e3 * slowdown,
+                    prediction=f"roofline of the {built.bytes / 1e6:.0f} MB model x {slowdown:.2f} ({where})",
+                    stand_in=latency_stage.STAND_IN,
+                )
+            )
+    return targets, skipped
+
+
+def memory_slowdown(memory: MemoryResult, model: str, memory_mb: int) -> tuple[float | None, str]:
+    """How much slower the memory stage measured ``model`` at the board's RAM (with swap, as a Pi runs)
+    than unconstrained: (factor, where) or (None, why not)."""
+    rows = [r for r in memory.rows if Path(r.model) == Path(model) and r.infer_p50_ms]
+    free = next((r for r in rows if r.condition == "unconstrained"), None)
+    at_board = next((r for r in rows if r.condition == "constrained" and r.memory_limit_mb == memory_mb), None)
+    if free is None or at_board is None:
+        tried = [r for r in memory.rows if Path(r.model) == Path(model) and r.memory_limit_mb == memory_mb]
+        if tried and not any(r.loaded for r in tried):
+            return None, f"does not load at {memory_mb} MB (memory stage)"
+        return None, f"the memory stage has no flight of it unconstrained and at {memory_mb} MB"
+    assert free.infer_p50_ms and at_board.infer_p50_ms
+    swap = f" + {at_board.swap_limit_mb} MB swap" if at_board.swap_limit_mb else ", no swap"
+    return at_board.infer_p50_ms / free.infer_p50_ms, f"memory stage, {memory_mb} MB{swap}, measured here"
 
 
 def _cpu_prefix(profile: DeviceProfile | None) -> list[str]:
@@ -525,18 +636,38 @@ def recorded_observations(levels: list[str], seed: int, n: int) -> np.ndarray:
     return np.concatenate(per_level)[:n]
 
 
-def timing_pass(models: list[Model], obs: np.ndarray, args: StudyArgs, profile: DeviceProfile | None) -> TimingPass:
+NULL_MODEL = "null_model.onnx"  # timing/: a one-unit MLP, timed with each group for the runtime's fixed cost
+NULL_MODEL_OPERATORS = 3  # its Gemm, Relu, Gemm
+
+
+def null_model(folder: Path, obs_dim: int) -> Model:
+    """A one-hidden-unit MLP (Gemm, Relu, Gemm; 4 KB of weights): its inference time is the runtime's fixed
+    cost per call as the bridge sees it, which the roofline adds to each model's arithmetic."""
+    from firmware_bridge.toy_policy import build_mlp_policy
+
+    path = folder / NULL_MODEL
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, build_mlp_policy(obs_dim=obs_dim, hidden=1, n_actions=2, action_output=False))
+    return Model(path=str(path), group="null", precision="fp32")
+
+
+def timing_pass(
+    models: list[Model], obs: np.ndarray, args: StudyArgs, profile: DeviceProfile | None, null: Model | None = None
+) -> TimingPass:
     """Device inference of every model over the same observations, round-robin: each round runs
     ``timing_acts`` acts per model, in an order rotated every round. --sim-only: one bridge process per
-    model (pinned by the profile), all alive at once; --host: the one device, re-loading each round."""
+    model (pinned by the profile), all alive at once; --host: the one device, re-loading each round.
+    ``null``: a null model timed in the same rounds (TimingPass.null_model)."""
+    timed = models + ([null] if null else [])
     processes: list[BridgeProcess] = []
     clients: dict[str, BridgeClient] = {}
-    infer: dict[str, list[int]] = {m.path: [] for m in models}
-    rtt: dict[str, list[int]] = {m.path: [] for m in models}
+    infer: dict[str, list[int]] = {m.path: [] for m in timed}
+    rtt: dict[str, list[int]] = {m.path: [] for m in timed}
     sizes: dict[str, int | None] = {}
     try:
         if args.sim_only:
-            for m in models:
+            for m in timed:
                 proc = BridgeProcess(["--threads", str(profile.threads if profile else 1), "--actuator", "mock"])
                 proc.args = (profile.launch_prefix() if profile else []) + proc.args
                 processes.append(proc.start())
@@ -547,9 +678,9 @@ def timing_pass(models: list[Model], obs: np.ndarray, args: StudyArgs, profile: 
             host = args.host or ""
             host = f"[{host}]" if ":" in host and not host.startswith("[") else host
             shared = BridgeClient(f"tcp://{host}:{args.port}", timeout_s=30.0)
-            clients = {m.path: shared for m in models}
+            clients = {m.path: shared for m in timed}
         for r in range(args.timing_rounds):
-            order = models[r % len(models) :] + models[: r % len(models)]
+            order = timed[r % len(timed) :] + timed[: r % len(timed)]
             for m in order:
                 client = clients[m.path]
                 if not args.sim_only:
@@ -567,20 +698,22 @@ def timing_pass(models: list[Model], obs: np.ndarray, args: StudyArgs, profile: 
             c.close()
         for p in processes:
             p.close()
+
+    def timing(m: Model) -> ModelTiming:
+        return ModelTiming(
+            precision=m.precision,
+            model_bytes=sizes.get(m.path),
+            device_inference_us=Latency.from_dict(percentiles_us(infer[m.path])),
+            round_trip_us=Latency.from_dict(percentiles_us(rtt[m.path])),
+            acts=len(infer[m.path]),
+        )
+
     return TimingPass(
         rounds=args.timing_rounds,
         acts_per_round=args.timing_acts,
         observations=int(len(obs)),
-        models={
-            m.path: ModelTiming(
-                precision=m.precision,
-                model_bytes=sizes.get(m.path),
-                device_inference_us=Latency.from_dict(percentiles_us(infer[m.path])),
-                round_trip_us=Latency.from_dict(percentiles_us(rtt[m.path])),
-                acts=len(infer[m.path]),
-            )
-            for m in models
-        },
+        models={m.path: timing(m) for m in models},
+        null_model=timing(null) if null else None,
     )
 
 
@@ -661,7 +794,8 @@ def build_roofline(
             measured = _timing_of(results.timing.get(group), m.path)
             measured_s = measured.p50 / 1e6 if measured and measured.p50 else None
             if results.args.sim_only and results.machine:
-                check = roofline.check_here(cost, results.machine, measured_s)
+                call_s = null_call_s(results.timing.get(group), results.machine)
+                check = roofline.check_here(cost, results.machine, measured_s, call_s)
             elif not results.args.sim_only and profile is not None:
                 check = roofline.check_device(cost, profile, measured_s)
             else:
@@ -675,6 +809,15 @@ def build_roofline(
                 )
             out.append(RooflineEntry(m.path, group, m.precision, cost, check, predicted))
     return out
+
+
+def null_call_s(timing: TimingPass | None, machine: MachineFigures) -> float:
+    """The runtime's fixed cost per call as the timing pass saw it: the null model's p50 less its own
+    operators' (0 for a timing pass from before the null model)."""
+    if timing is None or timing.null_model is None:
+        return 0.0
+    null_us = timing.null_model.device_inference_us.p50 - NULL_MODEL_OPERATORS * machine.operator_us
+    return max(0.0, null_us) / 1e6
 
 
 def build_targets(rows: list[Row]) -> list[Target]:

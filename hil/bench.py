@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_atomic
+from device_emulation.profiles import get_profile
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
-from hil.profiles import get_profile
 from hil.report import percentiles_us, summarize_run
 from hil.run import Device, RunArgs
 from nav_env.config import load_level

@@ -7,7 +7,7 @@
 The host flies the embedded simulator; every observation goes to the bridge (firmware_bridge) over
 ZeroMQ, the device's action comes back and is applied. With --sim-only the bridge is started here as
 a separate process with mock flight-controller hardware, optionally under a Pi-like resource profile
-(hil/profiles.toml). Every policy meets the same seeded episodes, so results pair up.
+(device_emulation/profiles.toml). Every policy meets the same seeded episodes, so results pair up.
 
 Every act has a deadline (--deadline-ms, default 80% of the control period); a miss flies the
 fail-safe (hover) for that step. Episodes go to OUT/run.jsonl (fsync'd) as they end, so an
@@ -38,6 +38,8 @@ from airq_cli import (
     error_line,
     output_dir,
 )
+from device_emulation.profiles import DeviceProfile, ProfileError, get_profile
+from device_emulation.roofline import model_cost, predict_device, prediction_record
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
@@ -53,7 +55,6 @@ from hil.loop import (
     default_deadline_s,
     run_closed_loop,
 )
-from hil.profiles import DeviceProfile, ProfileError, get_profile
 from hil.report import (
     RUN_LOG,
     RUN_LOG_VERSION,
@@ -69,7 +70,7 @@ from hil.report import (
 )
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
-from nav_env.latency import parse_latency
+from nav_env.latency import LatencySource, parse_latency
 
 
 @dataclass
@@ -176,7 +177,7 @@ def parse_args(argv: list[str] | None) -> RunArgs:
         "--sim-only", action="store_true", help="run the bridge here as a local process with mock hardware"
     )
     p.add_argument("--port", type=int)
-    p.add_argument("--profile", help="--sim-only resource profile (hil/profiles.toml)")
+    p.add_argument("--profile", help="--sim-only resource profile (device_emulation/profiles.toml)")
     p.add_argument("--threads", type=int, help="onnxruntime threads of the local bridge")
     p.add_argument("--episodes", type=int)
     p.add_argument("--level")
@@ -217,8 +218,9 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument(
         "--latency",
         metavar="SOURCE",
-        help="--timing latency: each act's delay: measured (its round trip), fixed:MS, or replay:REPORT.json "
-        "(resampled from an earlier run's round trips, e.g. a real Pi's)",
+        help="--timing latency: each act's delay: measured (its round trip), fixed:MS, replay:REPORT.json "
+        "(resampled from an earlier run's round trips, e.g. a real Pi's) or profile:BOARD (each model's time "
+        "predicted for a board of device_emulation/profiles.toml, e.g. profile:pi3b: a prediction)",
     )
     p.add_argument(
         "--device-rate",
@@ -258,7 +260,9 @@ def parse_resume_args(argv: list[str]) -> RunArgs:
     return args
 
 
-def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
+def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile, list[LatencySource] | None]:
+    """The level, the resource profile and, with --timing latency, each policy's delay source (resolved
+    once here: a replay picks its run, a profile predicts the model's time); UserError for a bad argument."""
     for path in args.policy:
         if not Path(path).is_file():
             raise UserError(f"policy file not found: {path}")
@@ -293,15 +297,38 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile]:
             raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
         if args.device_rate and args.rate_hz is not None:
             raise UserError("--device-rate and --rate-hz are two different periods: give one")
-        source = parse_latency(args.latency)  # one-line error for a bad or unreadable source
-        if args.device_rate and source.kind == "fixed" and source.fixed_s == 0:
-            raise UserError("--device-rate with --latency fixed:0 would never let time pass")
+        sources = [policy_latency(args.latency, path) for path in args.policy]  # one-line error for a bad source
+        if args.device_rate and any(s.kind in ("fixed", "profile") and s.fixed_s == 0 for s in sources):
+            raise UserError("--device-rate with a delay of 0 would never let time pass")
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
     except (ConfigError, ProfileError) as e:
         raise UserError(str(e)) from None
-    return cfg, profile
+    return cfg, profile, sources if args.timing == "latency" else None
+
+
+def policy_latency(spec: str, path: str) -> LatencySource:
+    """``--latency SPEC`` for one policy: a replay takes the report's run of the same model, a profile
+    predicts this model's time on the board (device_emulation.roofline; a prediction, labelled so)."""
+    source = parse_latency(spec)
+    onnx = Path(path).read_bytes()
+    if source.kind != "profile":
+        return source.for_policy(sha256_hex(onnx), Path(path).name)
+    try:
+        board = get_profile(str(source.profile))
+        cost = model_cost(onnx)
+    except ProfileError as e:
+        raise UserError(f"--latency profile: {e}") from None
+    except ValueError as e:
+        raise UserError(f"--latency profile:{source.profile}: {path}: {e}") from None
+    pred = predict_device(cost, board)
+    if pred.missing or pred.predicted_s is None:
+        raise UserError(
+            f"--latency profile:{board.name} has no prediction for {path}: the profile lacks "
+            + (", ".join(pred.missing) or "roofline figures")
+        )
+    return source.predicted(pred.predicted_s, prediction_record(cost, pred, board))
 
 
 class LocalBridgeSupervisor:
@@ -382,7 +409,7 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         notes.append(text)
         progress.note(f"note: {text}")
 
-    cfg, profile = check_args(args)
+    cfg, profile, latency_sources = check_args(args)
     out_dir = Path(args.out)
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
     if args.deadline_ms:
@@ -463,7 +490,10 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                 env = _make_env(args, cfg)
                 report["backend"] = args.backend
             progress.policy_started(path, len(todo))
-            rec, load = _fly_policy(args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report, progress)
+            source = latency_sources[index] if latency_sources else None
+            rec, load = _fly_policy(
+                args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report, progress, source
+            )
             progress.policy_ended()
             records.append(rec)
             summary = summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s)
@@ -590,6 +620,7 @@ def _fly_policy(
     deadline_s: float,
     report: dict,
     progress: RunProgress,
+    latency: LatencySource | None,
 ) -> tuple[LoopRecord, dict[str, Any]]:
     """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
     with (device := Device(args, profile)) as client:
@@ -649,10 +680,9 @@ def _fly_policy(
             progress.episode_done(rec)
 
         timing = None
-        if args.timing == "latency":
-            source = parse_latency(args.latency).for_policy(sha256_hex(onnx), Path(path).name)
+        if latency is not None:
             period = 1.0 / args.rate_hz if args.rate_hz else None
-            timing = LoopTiming(source, period_s=period, device_rate=args.device_rate)
+            timing = LoopTiming(latency, period_s=period, device_rate=args.device_rate)
             report.setdefault("timing_by_policy", {})[path] = timing.describe()
         rec = run_closed_loop(
             client,

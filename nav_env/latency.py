@@ -5,6 +5,8 @@
     fixed:MS            MS milliseconds every act
     replay:REPORT.json  resampled from the round trips an earlier hil.run recorded (e.g. on a real Pi), so
                         many policies can be judged at that device's speed without it
+    profile:BOARD       each model's predicted time on a board (pi3b, pi4): a prediction, not a measurement;
+                        the loop resolves it per model (device_emulation.roofline) with :meth:`LatencySource.predicted`
 
 The delay is the time from the observation to the moment its action reaches the flight controller
 (nav_env's ``set_latency``). A replayed distribution is drawn by inverse transform from the report's
@@ -38,8 +40,10 @@ def round_trip_quantiles_us(rtt_ns: list[int]) -> list[float] | None:
 class LatencySource:
     """One of the sources above; ``delay_s`` gives each act's delay."""
 
-    kind: str  # measured, fixed, replay
-    fixed_s: float = 0.0
+    kind: str  # measured, fixed, replay, profile
+    fixed_s: float = 0.0  # fixed: the delay; profile: the model's predicted time once resolved
+    profile: str | None = None  # profile: the board
+    prediction: dict[str, Any] = field(default_factory=dict)  # profile: how the delay was predicted (resolved)
     replay_path: str | None = None
     quantiles_us: list[float] = field(default_factory=list)
     replay_from: dict[str, Any] = field(default_factory=dict)  # which run of the report, on what device
@@ -51,7 +55,22 @@ class LatencySource:
             return f"fixed:{self.fixed_s * 1e3:g}"
         if self.kind == "replay":
             return f"replay:{self.replay_path}"
+        if self.kind == "profile":
+            return f"profile:{self.profile}"
         return self.kind
+
+    @property
+    def resolved(self) -> bool:
+        """A profile's delay exists only once predicted for a model; every other source is ready."""
+        return self.kind != "profile" or bool(self.prediction)
+
+    def predicted(self, delay_s: float, prediction: dict[str, Any]) -> LatencySource:
+        """This profile source resolved for one model: ``delay_s`` every act, ``prediction`` how it was got."""
+        if self.kind != "profile":
+            raise RuntimeError(f"predicted() resolves a profile source, not {self.spec}")
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"a predicted delay must be finite and >= 0, got {delay_s}")
+        return LatencySource("profile", fixed_s=delay_s, profile=self.profile, prediction=dict(prediction))
 
     def start_episode(self, seed: int) -> None:
         self._rng = self.episode_generator(seed)
@@ -66,8 +85,8 @@ class LatencySource:
         return np.random.default_rng([seed, 0x1A7E])
 
     def delay_from(self, rng: np.random.Generator | None) -> float:
-        """One delay in seconds drawn with ``rng`` (a fixed source ignores it)."""
-        if self.kind == "fixed":
+        """One delay in seconds drawn with ``rng`` (a fixed or resolved profile source ignores it)."""
+        if self.kind == "fixed" or (self.kind == "profile" and self.resolved):
             return self.fixed_s
         if self.kind != "replay":
             raise RuntimeError(f"delay_from() needs a fixed or replay source, not {self.spec}")
@@ -77,7 +96,7 @@ class LatencySource:
 
     def draw(self, n: int) -> np.ndarray:
         """``n`` delays in seconds (one per env of a vector env), from the generator of :meth:`start_episode`."""
-        if self.kind == "fixed":
+        if self.kind == "fixed" or (self.kind == "profile" and self.resolved):
             return np.full(n, self.fixed_s)
         if self.kind != "replay" or self._rng is None:
             raise RuntimeError(f"draw() needs a fixed or replay source after start_episode(), not {self.spec}")
@@ -111,6 +130,9 @@ class LatencySource:
         out: dict[str, Any] = {"source": self.spec}
         if self.kind == "replay":
             out["replay_from"] = self.replay_from
+        if self.kind == "profile":
+            out["predicted_delay_ms"] = self.fixed_s * 1e3
+            out["prediction"] = self.prediction
         return out
 
 
@@ -144,7 +166,11 @@ def parse_latency(spec: str) -> LatencySource:
                 "(runs[].round_trip_quantiles_us; reports written before replay existed have none)"
             )
         return LatencySource("replay", replay_path=str(path))
-    raise UserError(f"--latency must be measured, fixed:MS or replay:REPORT.json, got {spec!r}")
+    if kind == "profile":
+        if not value:
+            raise UserError("--latency profile:BOARD needs a board (e.g. profile:pi3b)")
+        return LatencySource("profile", profile=value)
+    raise UserError(f"--latency must be measured, fixed:MS, replay:REPORT.json or profile:BOARD, got {spec!r}")
 
 
 def _valid_quantiles(q: Any) -> bool:
@@ -154,3 +180,17 @@ def _valid_quantiles(q: Any) -> bool:
         and all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in q)
         and all(a <= b for a, b in zip(q, q[1:]))
     )
+
+
+def offline_latency(spec: str, flag: str = "--latency") -> LatencySource:
+    """A source for flights with no device in the loop (training, in-process evaluation): fixed or replay
+    (a replay takes the report's first run); UserError for one that needs a device or a model."""
+    source = parse_latency(spec)
+    if source.kind == "measured":
+        raise UserError(f"{flag}: there is no device here to measure; give fixed:MS or replay:REPORT.json")
+    if source.kind == "profile":
+        raise UserError(
+            f"{flag} profile:BOARD is predicted per model by hil.run; here give the prediction as fixed:MS "
+            "(python -m device_emulation.roofline predict MODEL.onnx --profile BOARD)"
+        )
+    return source.for_policy("", "")

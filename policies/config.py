@@ -103,12 +103,9 @@ class TrainConfig:
         """The training delays (nav_env.latency.LatencySource), or None for lockstep training."""
         if not self.latency:
             return None
-        from nav_env.latency import parse_latency
+        from nav_env.latency import offline_latency
 
-        source = parse_latency(self.latency)
-        if source.kind == "measured":
-            raise UserError("latency: training has no device to measure; give fixed:MS or replay:REPORT.json")
-        return source.for_policy("", "")  # a replay takes the report's first run
+        return offline_latency(self.latency, "latency")
 
     def to_toml(self) -> str:
         lines = ["# resolved training config (policies.train)"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
 from nav_env.config import load_level
-from nav_env.latency import LatencySource, parse_latency
+from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
 from nav_env.rollout import as_rows, run_episodes, summarize
 from nav_env.stats import paired_difference
@@ -202,12 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         help="fly with latency: every action lands a delay from fixed:MS or replay:REPORT.json (docs/latency.md)",
     )
     args = p.parse_args(argv)
-    latency = None
-    if args.latency:
-        latency = parse_latency(args.latency)
-        if latency.kind == "measured":
-            raise UserError("--latency: an evaluation has no device to measure; give fixed:MS or replay:REPORT.json")
-        latency = latency.for_policy("", "")
+    latency = offline_latency(args.latency) if args.latency else None
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
     import torch  # after the argument checks: a wrong flag answers at once

@@ -37,7 +37,7 @@ MODULES = [
     "deployment_study.memfit",
     "hil.bench",
     "deployment_study",
-    "deployment_study.roofline",
+    "device_emulation.roofline",
     "hil.run",
     "firmware_bridge.bench",
     "firmware_bridge.serve",
@@ -72,7 +72,7 @@ OUTPUTS = [
     ("deployment_study", ["--sim-only", "--out", "OUT"], "dir"),
     ("deployment_study.memfit", ["--model", "m.onnx", "--out", "OUT"], "dir"),
     ("hil.bench", ["--policy", "m.onnx", "--out", "OUT"], "file"),
-    ("deployment_study.roofline", ["measure", "--out", "OUT"], "file"),
+    ("device_emulation.roofline", ["measure", "--out", "OUT"], "file"),
     ("firmware_bridge.keys", ["OUT", "bridge"], "dir"),
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
@@ -203,8 +203,8 @@ HELP_CASES = (
     [(m, []) for m in MODULES]
     + [("quantize", [c]) for c in QUANTIZE_COMMANDS]
     + [
-        ("deployment_study.roofline", ["measure"]),
-        ("deployment_study.roofline", ["cost"]),
+        ("device_emulation.roofline", ["measure"]),
+        ("device_emulation.roofline", ["cost"]),
         ("hil.run", ["--resume", "DIR"]),
     ]
 )

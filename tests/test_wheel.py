@@ -31,7 +31,7 @@ DATA_FILES = (
     "nav_env/levels/default.toml",
     "nav_env/levels/easy.toml",
     "nav_env/levels/hard.toml",
-    "hil/profiles.toml",
+    "device_emulation/profiles.toml",
 )
 
 FLY = r"""
@@ -39,7 +39,7 @@ import json, sys
 import gymnasium as gym
 import nav_env, hil
 from nav_env.config import available_levels
-from hil.profiles import get_profile, load_profiles
+from device_emulation.profiles import get_profile, load_profiles
 
 env = gym.make("AirNav-v0")
 obs, info = env.reset(seed=0)

@@ -126,6 +126,44 @@ def test_study_writes_consistent_results(finished):
             assert not p["shown"] or c["agrees"], board  # no Pi prediction without an agreeing check here
 
 
+def test_study_latency_stage_flies_each_model_at_its_predicted_pi_time(finished):
+    """Every model with a shown pi3b prediction flies lockstep and at that delay, in process; its lockstep
+    flights are the closed loop's, episode by episode; the fp32/int8 sweep covers every delay."""
+    from deployment_study.latency_stage import SWEEP_DELAYS_MS
+
+    out, proc = finished
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((out / "study.json").read_text())
+    lat = data["latency"]
+    assert lat["board"] == "pi3b" and lat["episodes"] == 3
+    shown = {
+        e["model"]: e["predicted_on_pi"]["pi3b"]["predicted_s"]
+        for e in data["roofline"]
+        if e["predicted_on_pi"]["pi3b"]["shown"]
+    }
+    flown = {(r["level"], r["model"]) for r in lat["rows"]}
+    assert flown == {(level, m) for level in ("default", "hard") for m in shown}
+    for model in {e["model"] for e in data["roofline"]} - set(shown):  # left out, and said why
+        assert any(Path(model).stem in why for why in lat["skipped"]), lat["skipped"]
+    for r in lat["rows"]:
+        assert r["predicted_ms"] == pytest.approx(shown[r["model"]] * 1e3)
+        assert r["lockstep"]["delay_ms"] == 0 and r["at_board"]["delay_ms"] == pytest.approx(
+            r["predicted_ms"], abs=1e-3
+        )
+        assert len(r["lockstep"]["outcomes"]) == len(r["at_board"]["outcomes"]) == 3
+        assert r["lockstep_matches_loop"] == 3  # in process or through the bridge, the same flights
+        assert r["paired"]["n"] == 3
+    if data["memory"]["status"] == "done":  # its source (policy1) is not one of these models: said so
+        assert "Air Learning-sized" in " ".join(lat["skipped"])
+    if shown:
+        assert {c["precision"] for c in lat["sweep"]} <= {"fp32", "int8"} and lat["sweep"]
+        for c in lat["sweep"]:
+            assert [f["delay_ms"] for f in c["flights"]] == list(SWEEP_DELAYS_MS)
+        assert (out / "latency_sweep.png").stat().st_size > 0
+    md = (out / "study.md").read_text()
+    assert "## At the pi3b board's speed (latency stage)" in md and "a prediction, not a measurement" in md
+
+
 def test_study_markdown_has_the_tables(finished):
     out, _ = finished
     md = (out / "study.md").read_text()

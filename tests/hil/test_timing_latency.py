@@ -85,7 +85,13 @@ def test_latency_changes_the_flight_and_lockstep_stays_as_before(policy, tmp_pat
         (["--timing", "latency", "--latency", "fixed:nan"], "must be finite and >= 0"),
         (["--timing", "latency", "--latency", "fixed:abc"], "needs a number of milliseconds"),
         (["--timing", "latency", "--latency", "replay:/nonexistent/report.json"], "cannot read"),
-        (["--timing", "latency", "--latency", "sometimes"], "must be measured, fixed:MS or replay:REPORT.json"),
+        (
+            ["--timing", "latency", "--latency", "sometimes"],
+            "must be measured, fixed:MS, replay:REPORT.json or profile",
+        ),
+        (["--timing", "latency", "--latency", "profile:nope"], "unknown device profile 'nope'"),
+        (["--timing", "latency", "--latency", "profile:"], "needs a board"),
+        (["--timing", "latency", "--latency", "profile:native"], "has no prediction for"),
         (["--latency", "fixed:10"], "apply to --timing latency"),
         (["--timing", "latency", "--device-rate", "--rate-hz", "10"], "two different periods"),
     ],
@@ -105,3 +111,29 @@ def test_a_foreign_json_is_not_a_replay_file(tmp_path):
     foreign.write_text("not json")
     with pytest.raises(Exception, match="is not JSON"):
         parse_latency(f"replay:{foreign}")
+
+
+def test_a_board_profile_flies_each_model_at_its_predicted_time(policy, tmp_path):
+    """profile:pi3b: the model's roofline time on a Pi 3B is its delay, recorded as a prediction; the flight is
+    the one a fixed delay of that time gives, episode by episode."""
+    from device_emulation.profiles import get_profile
+    from device_emulation.roofline import model_cost, predict_device
+
+    predicted_ms = predict_device(model_cost(policy), get_profile("pi3b")).predicted_s * 1e3
+    common = ["--policy", policy, "--sim-only", "--episodes", "3", "--level", "easy", "--max-steps", "60"]
+    common += ["--timing", "latency"]
+    r = hil_run(*common, "--latency", "profile:pi3b", "--out", tmp_path / "board")
+    assert r.returncode == 0, r.stderr
+    board = json.loads((tmp_path / "board" / "report.json").read_text())
+    used = board["timing_by_policy"][str(policy)]
+    assert board["timing"]["source"] == used["source"] == "profile:pi3b"
+    assert used["predicted_delay_ms"] == pytest.approx(predicted_ms)
+    assert used["prediction"]["board"] == "pi3b" and "not measured" in used["prediction"]["label"]
+    r = hil_run(*common, "--latency", f"fixed:{predicted_ms!r}", "--out", tmp_path / "fixed")
+    assert r.returncode == 0, r.stderr
+    fixed = json.loads((tmp_path / "fixed" / "report.json").read_text())
+
+    def flown(report):
+        return [(e["outcome"], e["steps"], e["path_length"], e["flight_time"]) for e in report["runs"][0]["episodes"]]
+
+    assert flown(board) == flown(fixed)

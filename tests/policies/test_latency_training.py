@@ -21,7 +21,11 @@ def test_training_with_latency_runs_records_its_source_and_refuses_a_bad_one(tmp
     assert r.returncode == 0, r.stderr
     assert 'latency = "fixed:200"' in (run / "config.toml").read_text()
     assert json.loads((run / "metrics.json").read_text())["done"]
-    for bad, needle in (("measured", "no device to measure"), ("fixed:-1", "must be finite and >= 0")):
+    for bad, needle in (
+        ("measured", "no device here to measure"),
+        ("fixed:-1", "must be finite and >= 0"),
+        ("profile:pi3b", "predicted per model by hil.run"),
+    ):
         r = run_module("policies.train", *TINY_ARGS, "--latency", bad, "--out", str(tmp_path / "bad"))
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr

@@ -1,7 +1,7 @@
-"""Pi-like resource profiles for a local bridge process (hil/profiles.toml).
+"""Pi-like resource profiles for a local bridge process (device_emulation/profiles.toml).
 
 The profiles file is package data (it ships in the wheel); ``AIRQ_CONFIG_DIR=DIR`` reads
-``DIR/hil/profiles.toml`` instead.
+``DIR/device_emulation/profiles.toml`` instead.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 PROFILES_FILE: Traversable = (
-    Path(os.environ["AIRQ_CONFIG_DIR"]) / "hil" / "profiles.toml"
+    Path(os.environ["AIRQ_CONFIG_DIR"]) / "device_emulation" / "profiles.toml"
     if os.environ.get("AIRQ_CONFIG_DIR")
-    else files("hil") / "profiles.toml"
+    else files("device_emulation") / "profiles.toml"
 )
 
 
@@ -32,7 +32,7 @@ class DeviceProfile:
     cpus: int = 0  # cores the bridge may run on; 0 = all
     threads: int = 1  # onnxruntime intra-op threads
     memory_mb: int = 0  # address-space cap of the bridge process; 0 = none
-    # Roofline figures for a real board (deployment_study.roofline, deployment_study.study): one core, each with its source.
+    # Roofline figures for a real board (device_emulation.roofline, deployment_study.study): one core, each with its source.
     memory_bandwidth_gbs: float | None = None  # DRAM streaming bandwidth
     memory_bandwidth_source: str = ""
     compute_gflops: float | None = None  # fp32 multiply-add throughput (2 ops per multiply-add)
@@ -41,6 +41,8 @@ class DeviceProfile:
     int8_source: str = ""
     cache_kb: int = 0  # last-level cache: weights that fit there do not stream from DRAM
     cache_source: str = ""
+    fixed_us: float | None = None  # the runtime's fixed cost per inference (None: not known, the prediction omits it)
+    fixed_source: str = ""
     source: str = ""  # general notes
 
     def throughput_gops(self, precision: str) -> float | None:
@@ -86,6 +88,7 @@ def load_profiles(path: Path | Traversable = PROFILES_FILE) -> dict[str, DeviceP
             ("compute_gflops", "compute_source"),
             ("int8_gops", "int8_source"),
             ("cache_kb", "cache_source"),
+            ("fixed_us", "fixed_source"),
         ):
             value = getattr(p, figure)
             if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
