@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -64,6 +65,16 @@ def check_latency(
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``set_latency``'s arguments as (n,) arrays (None: lockstep, the vehicle.dt period); ValueError
     naming the problem for a negative or non-finite delay or a period that is not positive and finite."""
+    if isinstance(delay_s, float | int) and isinstance(period_s, float | int | None):
+        # the loop sets one delay per step: plain numbers need no array checks (a fifth of a step's time)
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError(f"delay_s must be finite and >= 0 seconds, got {delay_s!r}")
+        if period_s is not None and (not math.isfinite(period_s) or period_s <= 0):
+            raise ValueError(f"period_s must be finite and > 0 seconds, got {period_s!r}")
+        return (
+            np.full(n, float(delay_s)) if delay_s else None,
+            None if period_s is None else np.full(n, float(period_s)),
+        )
     delay = np.asarray(delay_s, dtype=np.float64)
     if delay.shape not in ((), (n,)):
         raise ValueError(f"delay_s must be a number or {n} numbers, got shape {delay.shape}")
