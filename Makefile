@@ -59,7 +59,7 @@ demo: $(STAMP)
 # its memory cgroups, skipped otherwise). Wall time: 25.4 min on the 2-core AMD EPYC VM (AVX2, no VNNI) from a fresh
 # state, 2026-11-23 (the "Wall time" of its study.md; docs/study.md, "Measured: make study").
 study: $(STAMP)
-	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 400 --levels default hard --seed 0 --out out/study
+	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
 # The lint, format and type gate first (pyproject.toml: [tool.ruff], [tool.mypy]), then every test.
 test: $(STAMP)

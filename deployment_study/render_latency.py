@@ -80,7 +80,7 @@ def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
     groups = list(dict.fromkeys(c.group for c in lat.sweep))
     colours = {g: f"C{i}" for i, g in enumerate(groups)}
     fig, axes = plt.subplots(
-        2, max(1, len(levels)), figsize=(5.2 * max(1, len(levels)), 7.0), squeeze=False, layout="constrained"
+        2, max(1, len(levels)), figsize=(max(8.0, 5.2 * len(levels)), 7.4), squeeze=False, layout="constrained"
     )
     for col, level in enumerate(levels):
         top, bottom = axes[0][col], axes[1][col]
@@ -102,7 +102,14 @@ def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
         for r in (r for r in lat.rows if r.level == level):
             marker = "*" if r.stand_in else ("o" if r.precision == "fp32" else "s")
             f = r.at_board
-            kw = dict(color=colours.get(r.group, "k"), marker=marker, ms=11 if r.stand_in else 7, mec="k", ls="none")
+            kw = dict(
+                color=colours.get(r.group, "k"),
+                marker=marker,
+                ms=11 if r.stand_in else 7,
+                mec="k",
+                ls="none",
+                clip_on=False,
+            )
             top.plot([r.predicted_ms], [100 * f.success_rate], **kw)
             if f.mean_time_to_goal_s is not None:
                 bottom.plot([r.predicted_ms], [f.mean_time_to_goal_s], **kw)
@@ -117,8 +124,9 @@ def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
             ax.grid(alpha=0.3)
         top.legend(fontsize=7, loc="lower left")
     fig.suptitle(
-        f"Success and flight time against action delay (lines: fixed-delay sweep, fp32 solid, int8 dashed); "
-        f"markers: each model at its predicted {lat.board} delay (o fp32, s int8, * Air Learning-sized)",
+        f"Success and flight time against the action delay ({lat.episodes} seeded episodes per point)\n"
+        f"lines: fixed-delay sweep, fp32 solid, int8 dashed; markers: each model flown at its predicted {lat.board} "
+        "delay\n(o fp32, square int8, star: Air Learning-sized Policy III, flown by Policy III's networks)",
         fontsize=9,
     )
     return fig
