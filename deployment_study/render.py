@@ -29,7 +29,7 @@ from deployment_study.render_latency import latency_sweep_figure, md_latency
 from deployment_study.results import PRECISIONS, StudyResults
 from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
-from device_emulation.profiles import load_profiles
+from device_emulation.profiles import FIGURES, load_profiles
 from firmware_bridge.device import format_versions
 
 # ---------------------------------------------------------------------------------- cells
@@ -249,13 +249,7 @@ def md_roofline(data: StudyResults) -> str:
     for name, board in load_profiles().items():
         if not board.has_roofline():
             continue
-        sources = (
-            board.memory_bandwidth_source,
-            board.compute_source,
-            board.int8_source,
-            board.cache_source,
-            board.fixed_source,
-        )
+        sources = [getattr(board, source) for _, source in FIGURES]
         fixed = f"{board.fixed_us:g} us" if board.fixed_us else "not known (the prediction leaves it out)"
         out.append(
             f"- **{name}**: DRAM {board.memory_bandwidth_gbs} GB/s, fp32 {board.compute_gflops} Gop/s, int8 "

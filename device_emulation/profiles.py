@@ -21,6 +21,16 @@ PROFILES_FILE: Traversable = (
 )
 
 
+# A board's cited figures and the field holding each one's source (URL + what was measured).
+FIGURES = (
+    ("memory_bandwidth_gbs", "memory_bandwidth_source"),
+    ("compute_gflops", "compute_source"),
+    ("int8_gops", "int8_source"),
+    ("cache_kb", "cache_source"),
+    ("fixed_us", "fixed_source"),
+)
+
+
 class ProfileError(ValueError):
     pass
 
@@ -83,13 +93,7 @@ def load_profiles(path: Path | Traversable = PROFILES_FILE) -> dict[str, DeviceP
         p = DeviceProfile(name=name, **values)
         if p.cpus < 0 or p.threads < 1 or p.memory_mb < 0 or p.cache_kb < 0:
             raise ProfileError(f"{path}: profile {name!r}: cpus, memory_mb and cache_kb must be >= 0 and threads >= 1")
-        for figure, source in (
-            ("memory_bandwidth_gbs", "memory_bandwidth_source"),
-            ("compute_gflops", "compute_source"),
-            ("int8_gops", "int8_source"),
-            ("cache_kb", "cache_source"),
-            ("fixed_us", "fixed_source"),
-        ):
+        for figure, source in FIGURES:
             value = getattr(p, figure)
             if value is not None and not isinstance(value, int | float) or isinstance(value, bool):
                 raise ProfileError(f"{path}: profile {name!r}: {figure} must be a number")

@@ -33,7 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,12 +98,7 @@ class Check(Prediction):
     def of(cls, pred: Prediction, measured_s: float | None, where: str) -> Check:
         ratio = measured_s / pred.predicted_s if measured_s and pred.predicted_s else None
         return cls(
-            memory_bound_s=pred.memory_bound_s,
-            compute_bound_s=pred.compute_bound_s,
-            predicted_s=pred.predicted_s,
-            bound_by=pred.bound_by,
-            fixed_s=pred.fixed_s,
-            weights_from=pred.weights_from,
+            **{f.name: getattr(pred, f.name) for f in fields(Prediction)},
             measured_s=measured_s,
             measured_over_predicted=ratio,
             agrees=ratio is not None and 1 / AGREEMENT <= ratio <= AGREEMENT,

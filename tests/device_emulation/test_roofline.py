@@ -9,7 +9,7 @@ import pytest
 
 from airq_cli import json_text
 from device_emulation import roofline
-from device_emulation.profiles import ProfileError, load_profiles
+from device_emulation.profiles import FIGURES, ProfileError, load_profiles
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -105,13 +105,7 @@ def test_this_machines_fixed_costs_and_private_cache_are_measured():
 
 def test_every_pi_figure_has_a_source():
     for name, p in load_profiles().items():
-        for figure, source in (
-            ("memory_bandwidth_gbs", "memory_bandwidth_source"),
-            ("compute_gflops", "compute_source"),
-            ("int8_gops", "int8_source"),
-            ("cache_kb", "cache_source"),
-            ("fixed_us", "fixed_source"),
-        ):
+        for figure, source in FIGURES:
             if getattr(p, figure):
                 assert "https://" in getattr(p, source), (name, figure)
 
