@@ -61,12 +61,13 @@ demo: $(STAMP)
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
-# The lint, format and type gate first (pyproject.toml: [tool.ruff], [tool.mypy]), then every test.
+# The lint, format and type gate first (pyproject.toml: [tool.ruff], [tool.mypy]), then every test, on two
+# pytest-xdist workers (tests/conftest.py: which tests share a worker, which go first), slowest 25 listed.
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 bench: $(STAMP)
 	$(PY) -m nav_env.bench
