@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from airq_cli import known_fields, write_json
 
 SWEEP_DELAYS_MS = (0.0, 50.0, 100.0, 200.0, 300.0, 500.0)
@@ -106,6 +108,14 @@ class Target:
     loop_outcomes: list[str] | None = None  # the closed loop's lockstep outcomes, episode by episode
 
 
+def _quantizes_per_call(model: str) -> bool:
+    """Does the model quantize its activations with a scale taken from its input (DynamicQuantizeLinear)?"""
+    import onnx
+
+    graph = onnx.load(model, load_external_data=False).graph
+    return any(n.op_type in ("DynamicQuantizeLinear", "DynamicQuantizeMatMul") for n in graph.node)
+
+
 def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_envs: int = 64) -> Flight:
     """``model`` over ``episodes`` seeded episodes of ``level`` with every action ``delay_ms`` late."""
     from nav_env.config import load_level
@@ -116,8 +126,15 @@ def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_e
 
     cfg = load_level(level)
     policy = load_policy(model)
+    act = policy.act
+    if _quantizes_per_call(model):
+        # Dynamic int8 takes its activation scale from the whole input: a batch of observations would be
+        # quantized together, unlike on the device, which sees one at a time. So one at a time here too.
+        def act(obs: np.ndarray) -> np.ndarray:
+            return np.concatenate([policy.act(o[None]) for o in obs])
+
     source = LatencySource("fixed", fixed_s=delay_ms / 1e3) if delay_ms > 0 else None
-    results = sorted(run_episodes(policy.act, cfg, episodes, seed, num_envs, source), key=lambda r: r.episode)
+    results = sorted(run_episodes(act, cfg, episodes, seed, num_envs, source), key=lambda r: r.episode)
     wins = [r.success for r in results]
     won = [r for r in results if r.success]
     timed = [r.flight_time for r in won if r.flight_time is not None]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from airq_cli import MISSING, shown
 from deployment_study.latency_stage import Flight, LatencyResult
+from nav_env.stats import paired_difference
 
 if TYPE_CHECKING:
     from deployment_study.results import StudyResults
@@ -45,6 +46,33 @@ def md_latency(data: StudyResults) -> str:
             f"| {r.level} | {name} | {r.predicted_ms:.3g} ({r.prediction}) | {_flight(r.lockstep)} | "
             f"{_flight(r.at_board)} | {change} | {matches} |"
         )
+    pairs = [
+        (fp32, int8)
+        for fp32 in lat.rows
+        for int8 in lat.rows
+        if fp32.precision == "fp32"
+        and int8.precision == "int8"
+        and (fp32.level, fp32.group, bool(fp32.stand_in)) == (int8.level, int8.group, bool(int8.stand_in))
+    ]
+    if pairs:
+        out += [
+            "",
+            f"Does int8's speed turn into success? int8 against fp32 when each flies at its own predicted {lat.board} "
+            "delay, paired over the same episodes (McNemar p):",
+            "",
+            "| level | policy | fp32 / int8 predicted ms | fp32 / int8 success | int8 - fp32 (pts) | fp32 / int8 time to "
+            "goal s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for fp32, int8 in pairs:
+            d = paired_difference(fp32.at_board.successes, int8.at_board.successes)
+            name = fp32.group + (" (Air Learning-sized)" if fp32.stand_in else "")
+            out.append(
+                f"| {fp32.level} | {name} | {fp32.predicted_ms:.3g} / {int8.predicted_ms:.3g} | "
+                f"{fp32.at_board.success_rate:.1%} / {int8.at_board.success_rate:.1%} | "
+                f"{d['diff'] * 100:+.1f} ({d['low'] * 100:+.1f}..{d['high'] * 100:+.1f}, p {d['mcnemar_p']:.2g}) | "
+                f"{shown(fp32.at_board.mean_time_to_goal_s, '.2f')} / {shown(int8.at_board.mean_time_to_goal_s, '.2f')} |"
+            )
     if any(r.stand_in for r in lat.rows):
         out += [
             "",
@@ -74,11 +102,12 @@ def md_latency(data: StudyResults) -> str:
 
 
 def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
-    """Success (top) and time to goal (bottom) against the delay, one column per level; each group's fp32
-    solid and int8 dashed in the group's colour, each model's predicted board delay a marker on its curve."""
+    """Success (top) and time to goal (bottom) against the delay, one column per level: the swept group's fp32
+    (solid) and int8 (dashed), and each of its models flown at its predicted board delay as a marker on the
+    curves (circle: the shipped model, star: the Air Learning-sized one), coloured by precision."""
     levels = list(dict.fromkeys(c.level for c in lat.sweep))
-    groups = list(dict.fromkeys(c.group for c in lat.sweep))
-    colours = {g: f"C{i}" for i, g in enumerate(groups)}
+    swept = {c.group for c in lat.sweep}
+    colours = {"fp32": "C0", "int8": "C1"}
     fig, axes = plt.subplots(
         2, max(1, len(levels)), figsize=(max(8.0, 5.2 * len(levels)), 7.4), squeeze=False, layout="constrained"
     )
@@ -87,32 +116,24 @@ def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
         for c in (c for c in lat.sweep if c.level == level):
             style = "-" if c.precision == "fp32" else "--"
             x = [f.delay_ms for f in c.flights]
-            label = f"{c.group} {c.precision}"
-            top.plot(
-                x,
-                [100 * f.success_rate for f in c.flights],
-                style,
-                marker="o",
-                ms=3,
-                color=colours[c.group],
-                label=label,
-            )
+            kw = dict(color=colours.get(c.precision, "k"), marker=".", label=f"{c.group} {c.precision}, fixed delays")
+            top.plot(x, [100 * f.success_rate for f in c.flights], style, **kw)
             t = [f.mean_time_to_goal_s if f.mean_time_to_goal_s is not None else float("nan") for f in c.flights]
-            bottom.plot(x, t, style, marker="o", ms=3, color=colours[c.group], label=label)
-        for r in (r for r in lat.rows if r.level == level):
-            marker = "*" if r.stand_in else ("o" if r.precision == "fp32" else "s")
+            bottom.plot(x, t, style, **kw)
+        for r in (r for r in lat.rows if r.level == level and r.group in swept and r.precision in colours):
             f = r.at_board
-            kw = dict(
-                color=colours.get(r.group, "k"),
-                marker=marker,
-                ms=11 if r.stand_in else 7,
+            name = f"{r.precision} {'Air Learning-sized' if r.stand_in else 'shipped'}"
+            mark: dict[str, Any] = dict(
+                color=colours[r.precision],
+                marker="*" if r.stand_in else "o",
+                ms=13 if r.stand_in else 7,
                 mec="k",
                 ls="none",
                 clip_on=False,
             )
-            top.plot([r.predicted_ms], [100 * f.success_rate], **kw)
+            top.plot([r.predicted_ms], [100 * f.success_rate], label=f"{name} at {r.predicted_ms:.3g} ms", **mark)
             if f.mean_time_to_goal_s is not None:
-                bottom.plot([r.predicted_ms], [f.mean_time_to_goal_s], **kw)
+                bottom.plot([r.predicted_ms], [f.mean_time_to_goal_s], **mark)
         top.set_title(f"level {level}")
         top.set_ylabel("success %")
         top.set_ylim(0, 100)
@@ -124,9 +145,9 @@ def latency_sweep_figure(plt: Any, lat: LatencyResult) -> Any:
             ax.grid(alpha=0.3)
         top.legend(fontsize=7, loc="lower left")
     fig.suptitle(
-        f"Success and flight time against the action delay ({lat.episodes} seeded episodes per point)\n"
-        f"lines: fixed-delay sweep, fp32 solid, int8 dashed; markers: each model flown at its predicted {lat.board} "
-        "delay\n(o fp32, square int8, star: Air Learning-sized Policy III, flown by Policy III's networks)",
+        f"Success and flight time against the action delay ({lat.episodes} seeded episodes per point, control period "
+        f"{lat.period_s:g} s)\nmarkers: each model flown at its predicted {lat.board} inference time (a prediction); "
+        "the Air Learning-sized Policy III is flown by Policy III's networks",
         fontsize=9,
     )
     return fig
