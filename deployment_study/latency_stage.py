@@ -92,10 +92,11 @@ class LatencyResult:
     sweep: list[SweepCurve] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # models without a shown prediction, and why
     wall_s: float = 0.0
+    flown: int = 0  # flights flown by this session (the others were read back from latency/)
 
 
 @dataclass(frozen=True)
-class Target:
+class LatencyTarget:
     """A model to fly: its file, the delay predicted for it and how."""
 
     level: str
@@ -158,7 +159,7 @@ def _fly_job(job: tuple[str, str, int, int, float, str]) -> tuple[str, Flight]:
 
 
 def run_stage(
-    targets: list[Target],
+    targets: list[LatencyTarget],
     board: str,
     episodes: int,
     seed: int,
@@ -188,7 +189,7 @@ def run_stage(
     sweep = [t for t in targets if t.group == sweep_group and t.precision in SWEEP_PRECISIONS and not t.stand_in]
     wanted: dict[str, tuple[str, str, int, int, float, str]] = {}
 
-    def key(t: Target, delay_ms: float) -> str:
+    def key(t: LatencyTarget, delay_ms: float) -> str:
         path = cache / t.level / f"{Path(t.model).stem}_{delay_ms:g}ms.json"
         wanted.setdefault(str(path), (t.model, t.level, episodes, seed, delay_ms, str(path)))
         return str(path)
@@ -233,4 +234,5 @@ def run_stage(
     for t, keys in curves:
         result.sweep.append(SweepCurve(t.level, t.group, t.precision, t.model, [flights[k] for k in keys]))
     result.wall_s = time.monotonic() - t0
+    result.flown = len(todo)
     return result

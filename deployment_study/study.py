@@ -479,9 +479,9 @@ class Study:
             return
         self.results.roofline = build_roofline(self.results, self.groups, self.profile)
         targets, skipped = latency_targets(self.results, self.groups, board)
-        t0 = time.monotonic()
+        source = Path(self.args.memory_source).resolve()  # the swept group: the memory stage's source
         sweep_group = next(
-            (m.group for ms in self.groups.values() for m in ms if m.path == self.args.memory_source), None
+            (m.group for ms in self.groups.values() for m in ms if Path(m.path).resolve() == source), None
         )
         result = latency_stage.run_stage(
             targets,
@@ -493,13 +493,13 @@ class Study:
             sweep_group=sweep_group or list(self.groups)[-1],
         )
         result.skipped = skipped
-        self.measured_anything = self.measured_anything or time.monotonic() - t0 > 5  # more than re-reading flights
+        self.measured_anything = self.measured_anything or result.flown > 0
         self.results.latency = result
 
 
 def latency_targets(
     results: StudyResults, groups: dict[str, list[Model]], board: DeviceProfile
-) -> tuple[list[latency_stage.Target], list[str]]:
+) -> tuple[list[latency_stage.LatencyTarget], list[str]]:
     """Every model whose board prediction is shown, at each level; then the memory stage's Air Learning-sized
     Policy III, its predicted delays flown by its source group's networks. Also what was left out, and why."""
     entries = {e.model: e for e in results.roofline}
@@ -513,7 +513,7 @@ def latency_targets(
                 skipped.append(f"{cell.level} {Path(run['policy']).stem}: no {board.name} prediction ({why})")
                 continue
             targets.append(
-                latency_stage.Target(
+                latency_stage.LatencyTarget(
                     level=cell.level,
                     group=cell.group,
                     precision=entry.precision if entry else "",
@@ -544,7 +544,7 @@ def latency_targets(
             continue
         for level in results.args.levels:
             targets.append(
-                latency_stage.Target(
+                latency_stage.LatencyTarget(
                     level=level,
                     group=source.group,
                     precision=precision,
