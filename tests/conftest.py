@@ -61,6 +61,8 @@ for _path in (
     "tests/reliability/test_fuzz_bridge.py",
     "tests/test_hil_client.py",
     "tests/test_wheel.py",
+    "tests/actorq/test_actorq_weights.py",
+    "tests/actorq/test_actorq_holder.py",
 ):
     GROUPS[_path] = (_path,)
 GROUP_OF_FILE = {path: group for group, paths in GROUPS.items() for path in paths}

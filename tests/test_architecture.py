@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ALL = {"airq_cli", "firmware_bridge", "nav_env", "policies", "quantize", "hil", "device_emulation", "deployment_study"}
+ALL = {
+    "airq_cli",
+    "firmware_bridge",
+    "nav_env",
+    "policies",
+    "quantize",
+    "hil",
+    "device_emulation",
+    "deployment_study",
+    "actorq",
+}
 # module prefixes a package may import (a package name allows all of it)
 ALLOWED = {
     "airq_cli": set(),  # the tools' shared contract: standard library only
@@ -18,6 +28,8 @@ ALLOWED = {
     "quantize": {"airq_cli", "nav_env", "policies", "firmware_bridge.device", "firmware_bridge.int8_kernels"},
     "device_emulation": {"airq_cli", "firmware_bridge"},
     "hil": {"airq_cli", "nav_env", "firmware_bridge", "device_emulation"},  # no policies, no quantize, no torch
+    # ActorQ (issue 17): an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
+    "actorq": {"airq_cli", "nav_env", "policies", "quantize", "firmware_bridge"},
     "deployment_study": ALL - {"deployment_study"},  # a study sits on every stage
 }
 

@@ -19,7 +19,7 @@ import pytest
 import airq_cli
 from firmware_bridge import cli as fb_cli
 
-# Every entry point: grep -rn '__main__' --include=*.py airq_cli nav_env policies quantize hil firmware_bridge
+# Every entry point: grep -rn '__main__' --include=*.py airq_cli nav_env policies quantize hil firmware_bridge actorq
 MODULES = [
     "nav_env.bench",
     "nav_env.demo",
@@ -43,6 +43,7 @@ MODULES = [
     "firmware_bridge.serve",
     "firmware_bridge.keys",
     "firmware_bridge.systemd",
+    "actorq.bench_weights",
 ]
 QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep"]
 
@@ -74,6 +75,7 @@ OUTPUTS = [
     ("hil.bench", ["--policy", "m.onnx", "--out", "OUT"], "file"),
     ("device_emulation.roofline", ["measure", "--out", "OUT"], "file"),
     ("firmware_bridge.keys", ["OUT", "bridge"], "dir"),
+    ("actorq.bench_weights", ["--out", "OUT"], "file"),
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
 NO_OUTPUT = {"device_emulation.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
@@ -132,6 +134,7 @@ def test_every_entry_point_is_listed():
         "firmware_bridge",
         "device_emulation",
         "deployment_study",
+        "actorq",
     ):
         for path in (root / package).rglob("*.py"):
             if '__name__ == "__main__"' in path.read_text() or path.name == "__main__.py":
