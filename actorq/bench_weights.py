@@ -142,8 +142,8 @@ def _next_version(weights: dict, base_std: dict, step: float, rng) -> dict:
 def _accuracy(fp32_bytes: bytes, int8_bytes: bytes, fresh_bytes: bytes, heldout: np.ndarray) -> Accuracy:
     import numpy as np
 
-    from actorq.holder import build_session
     from quantize.runtime import run_logits
+    from quantize.runtime import session as build_session
 
     a32, l32 = run_logits(build_session(fp32_bytes), heldout)
     a8, l8 = run_logits(build_session(int8_bytes), heldout)
@@ -168,9 +168,10 @@ def bench_network(
 ) -> NetworkBench:
     import numpy as np
 
-    from actorq.holder import ActorSession, VersionTiming, build_session
+    from actorq.holder import ActorSession, VersionTiming
     from actorq.nets import actor_weights, load_weights
     from actorq.weights import Fp32Template, Int8Template, fresh_int8
+    from quantize.runtime import session as build_session
 
     actor, source = _network(name, policy3_weights, seed)
     weights = actor_weights(actor)

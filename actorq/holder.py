@@ -23,6 +23,7 @@ import onnxruntime as ort
 
 from actorq.errors import ActorQError
 from actorq.weights import VERSION_KEY, ModelVersion
+from quantize.runtime import session as runtime_session
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,6 @@ class _Loaded:
     session: ort.InferenceSession
 
 
-def build_session(data: bytes, threads: int = 1) -> ort.InferenceSession:
-    """One-thread sequential session, as quantize and the device run policies (quantize.runtime.session)."""
-    from quantize.runtime import session
-
-    return session(data, threads=threads)
-
-
 class ActorSession:
     """Holds the session an actor acts with; swaps to a new weight version only when told to."""
 
@@ -117,7 +111,7 @@ class ActorSession:
                 return None
         t0 = time.perf_counter()
         try:
-            session = build_session(model.onnx, self.threads)
+            session = runtime_session(model.onnx, threads=self.threads)
         except Exception as e:
             raise ActorQError(
                 f"weight version {model.version}: onnxruntime cannot load it ({str(e).splitlines()[0][:200]}); "

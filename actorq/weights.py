@@ -40,7 +40,7 @@ from actorq.errors import ActorQError
 from actorq.nets import Weights, actor_weights, as_actor
 from nav_env.config import N_STATE_FEATURES
 from policies.actor import DiscreteActor
-from quantize.model_io import PolicyModel, serialize
+from quantize.model_io import PolicyModel, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, StaticInt8Options
 
 VERSION_KEY = "airq.actorq.weight_version"
@@ -237,13 +237,6 @@ def _version_entry(model: onnx.ModelProto) -> onnx.StringStringEntryProto:
     return entry
 
 
-def _set_metadata(model: onnx.ModelProto, values: dict[str, str]) -> None:
-    existing = {e.key: e for e in model.metadata_props}
-    for key, value in values.items():
-        entry = existing.get(key) or model.metadata_props.add()
-        entry.key, entry.value = key, value
-
-
 def _check_weights(weights: Weights, shapes: dict[str, tuple[int, ...]]) -> None:
     missing, extra = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
     if missing or extra:
@@ -329,7 +322,7 @@ class Fp32Template(_Template):
         shapes = {k: tuple(v.shape) for k, v in weights.items()}
         floats = _float_slots(model, {k: _Source(k) for k in weights}, ("Gemm",))
         _check_coverage(shapes, {s.source.param for s in floats}, "fp32")
-        _set_metadata(model, _contract_metadata(actor.obs_dim, actor.head.out_features, "fp32"))
+        set_metadata(model, _contract_metadata(actor.obs_dim, actor.head.out_features, "fp32"))
         super().__init__(model, shapes, floats)
         self._version.value = str(version)
         self.info = TemplateInfo(
@@ -430,7 +423,7 @@ class Int8Template(_Template):
         _check_coverage(shapes, used, "int8")
         self._qgemms = qgemms
         scheme = INT8_SCHEMES[opts.scheme]
-        _set_metadata(
+        set_metadata(
             model,
             _contract_metadata(actor.obs_dim, n_actions, "int8")
             | {

@@ -477,7 +477,7 @@ class Study:
         board = self.profile
         if not self.args.latency_study or board is None or not board.has_roofline():
             return
-        self.results.roofline = build_roofline(self.results, self.groups, self.profile)
+        # the roofline entries are those the save() before this stage built
         targets, skipped = latency_targets(self.results, self.groups, board)
         source = Path(self.args.memory_source).resolve()  # the swept group: the memory stage's source
         sweep_group = next(

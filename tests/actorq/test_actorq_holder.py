@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from actorq.errors import ActorQError
-from actorq.holder import ActorSession, Prepared, VersionTiming, build_session
+from actorq.holder import ActorSession, Prepared, VersionTiming
 from actorq.nets import actor_weights, mlp_actor
 from actorq.weights import BuildTiming, ModelVersion, make_template
+from quantize.runtime import session as build_session
 
 VERSIONS = 12
 
