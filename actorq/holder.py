@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 from actorq.errors import ActorQError
-from actorq.weights import VERSION_KEY, ModelVersion
+from actorq.versions import VERSION_KEY, ModelVersion
 from quantize.runtime import session as runtime_session
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import onnx
@@ -38,16 +37,14 @@ from torch import nn
 
 from actorq.errors import ActorQError
 from actorq.nets import Weights, actor_weights, as_actor
+from actorq.versions import PRECISIONS, VERSION_KEY, BuildTiming, ModelVersion, Precision
 from nav_env.config import N_STATE_FEATURES
 from policies.actor import DiscreteActor
 from quantize.model_io import PolicyModel, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, StaticInt8Options
 
-VERSION_KEY = "airq.actorq.weight_version"
 CALIBRATION_KEY = "airq.actorq.activation_scales"
 QUANT_SUFFIX = "_quantized"  # onnxruntime's name for a quantized initializer (TENSOR_NAME_QUANT_SUFFIX)
-Precision = Literal["fp32", "int8"]
-PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 
 
 def default_int8_options() -> StaticInt8Options:
@@ -55,29 +52,6 @@ def default_int8_options() -> StaticInt8Options:
     --no-float-split-sum``): u8s7, per-tensor weights, first layer split depth/state, logits fp32. Per-tensor
     is what large networks ship with (docs/quantize.md: per-channel costs Policy III 5.5x instead of 6.8x)."""
     return StaticInt8Options(per_channel=False, float_split_sum=False)
-
-
-@dataclass(frozen=True)
-class BuildTiming:
-    """Seconds spent turning one weight version into ONNX bytes (the session build is the actor's:
-    ``actorq.holder.Prepared``)."""
-
-    requantize_s: float  # int8: re-quantizing the weights into the template (numpy); fp32: copying them in
-    serialize_s: float  # the template to ONNX bytes
-
-
-@dataclass(frozen=True)
-class ModelVersion:
-    """One weight version in the actors' format: what a broadcaster publishes."""
-
-    version: int
-    precision: Precision
-    onnx: bytes = field(repr=False)
-    timing: BuildTiming
-
-    @property
-    def size_bytes(self) -> int:
-        return len(self.onnx)
 
 
 @dataclass(frozen=True)

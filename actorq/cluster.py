@@ -1,0 +1,99 @@
+"""Ray for ActorQ: starting or joining it, and the learner, broadcaster and rollout actors as Ray actors.
+
+Ray is an optional extra (``pip install 'airq[distributed]'``), imported only here and by the driver; the
+learner, broadcaster and rollout worker are plain classes that Ray runs in their own processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from actorq.errors import ActorQError
+
+INSTALL_HINT = "pip install 'airq[distributed]' (Ray, pinned in requirements/lock.txt)"
+
+
+def require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ActorQError(f"Ray is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A clear error for an address nothing answers at, before Ray's own minute of retries."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ActorQError(f"--address {address!r}: expected HOST:PORT of a Ray head (ray start --head), or auto")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise ActorQError(f"--address {address}: no Ray head answers there ({e.strerror or e})") from None
+
+
+@dataclass(frozen=True)
+class RayInfo:
+    address: str  # "local" or the cluster's address
+    nodes: int
+    cpus: float
+    resources: dict[str, float]
+
+
+def start(address: str | None, local_cpus: int) -> RayInfo:
+    """A local Ray with ``local_cpus`` logical CPUs (``address`` None), or the cluster at ``address``."""
+    ray = require_ray()
+    if address:
+        _check_reachable(address)
+        # since Ray 2.60 a `ray start` cluster authenticates drivers by token (~/.ray/auth_token)
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        except Exception as e:
+            raise ActorQError(
+                f"--address {address}: cannot join the Ray cluster ({str(e).splitlines()[0][:200]})"
+            ) from None
+    else:
+        ray.init(num_cpus=local_cpus, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    resources = {k: float(v) for k, v in ray.cluster_resources().items()}
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return RayInfo(address or "local", nodes, resources.get("CPU", 0.0), resources)
+
+
+def check_resources(info: RayInfo, actors: int, actor_resource: str | None) -> None:
+    """Refuse, with the reason, a cluster on which the actors could never be placed (Ray would wait forever)."""
+    if actor_resource:
+        have = info.resources.get(actor_resource, 0.0)
+        if have < actors:
+            raise ActorQError(
+                f"the cluster has {have:g} of resource {actor_resource!r}, {actors} actors need 1 each "
+                f"(ray start ... --resources='{{\"{actor_resource}\": {actors}}}' on the actors' machine)"
+            )
+    if info.cpus < 1:
+        raise ActorQError("the Ray cluster has no CPU to run the learner on")
+
+
+def stop() -> None:
+    ray = require_ray()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def remote_classes() -> dict[str, Any]:
+    """The plain classes as Ray actor classes (made on first use: importing actorq needs no Ray)."""
+    ray = require_ray()
+    from actorq.broadcaster import Broadcaster
+    from actorq.learner import Learner
+    from actorq.rollout import RolloutWorker
+
+    return {
+        "learner": ray.remote(num_cpus=1)(Learner),
+        "broadcaster": ray.remote(num_cpus=0)(Broadcaster),
+        "worker": ray.remote(num_cpus=1)(RolloutWorker),
+    }
