@@ -17,6 +17,10 @@ INSTALL_HINT = "pip install 'airq[distributed]' (Ray, pinned in requirements/loc
 
 
 def require_ray():
+    # Since Ray 2.60 clusters authenticate drivers by token (~/.ray/auth_token). Said explicitly (and before Ray is
+    # imported: it reads the mode then), a driver joining a `ray start` cluster gets in, and a local start does not
+    # warn that the default is in force.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:
         import ray
     except ImportError:
@@ -51,8 +55,6 @@ def start(address: str | None, local_cpus: int) -> RayInfo:
     ray = require_ray()
     if address:
         _check_reachable(address)
-        # since Ray 2.60 a `ray start` cluster authenticates drivers by token (~/.ray/auth_token)
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
         try:
             ray.init(address=address, logging_level="WARNING", log_to_driver=False)
         except Exception as e:
@@ -75,8 +77,22 @@ def check_resources(info: RayInfo, actors: int, actor_resource: str | None) -> N
                 f"the cluster has {have:g} of resource {actor_resource!r}, {actors} actors need 1 each "
                 f"(ray start ... --resources='{{\"{actor_resource}\": {actors}}}' on the actors' machine)"
             )
-    if info.cpus < 1:
-        raise ActorQError("the Ray cluster has no CPU to run the learner on")
+    if info.cpus < actors + 1:
+        raise ActorQError(
+            f"the Ray cluster has {info.cpus:g} CPUs: the learner and {actors} actors need {actors + 1} (one each)"
+        )
+
+
+def get(refs: Any) -> Any:
+    """``ray.get``, except that an ActorQError raised inside an actor comes back as itself (one line for the user),
+    not wrapped in Ray's remote traceback."""
+    ray = require_ray()
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, ActorQError):
+            raise e.cause from None
+        raise
 
 
 def stop() -> None:

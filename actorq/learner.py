@@ -150,6 +150,12 @@ class Learner:
             self.model.logger.record(key, value)
         self.model.logger.dump(step)
 
+    def node_id(self) -> str:
+        """The Ray node this runs on (where the run's report says each part ran)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def cpu_seconds(self) -> float:
         """CPU time of this process so far (the energy estimate's input)."""
         return time.process_time()

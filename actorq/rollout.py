@@ -139,6 +139,12 @@ class RolloutWorker:
 
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node this runs on (where the run's report says each part ran)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def cpu_seconds(self) -> float:
         """CPU time of this process so far (the energy estimate's input)."""
         return time.process_time()

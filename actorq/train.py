@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from actorq import cluster
 from actorq.errors import ActorQError
 from actorq.tasks import TASKS, spec
 from actorq.versions import PRECISIONS
@@ -124,6 +125,9 @@ def resolved(args: TrainArgs) -> TrainArgs:
         raise ActorQError("--exploration-final-eps must be in [0, 1] and --exploration-fraction in (0, 1]")
     if out.noise_std < 0 or out.watts_per_core < 0 or not 0 <= out.recalibrate_below <= 1:
         raise ActorQError("--noise-std and --watts-per-core must be >= 0, --recalibrate-below in [0, 1]")
+    from actorq.tasks import hidden_sizes
+
+    hidden_sizes(out.task, out.network)  # a bad --network stops here, before Ray starts
     if out.eval_every < 0:
         raise ActorQError(f"--eval-every must be >= 0, got {out.eval_every}")
     if not out.eval_every:
@@ -210,7 +214,6 @@ class Run:
         self._batch_steps: list[int] = []
 
     def _start(self) -> None:
-        from actorq import cluster
         from actorq.learner import LearnerSettings
         from actorq.nets import OBS_DIM
         from actorq.tasks import calibration_observations, hidden_sizes, io_sizes, make_env
@@ -272,11 +275,16 @@ class Run:
         self._start()
         ray = self.ray
         if a.resume:
-            ray.get(self.learner.load.remote(self.dir / "checkpoints/latest.zip", state.env_steps, state.updates))
-        ray.get(self.learner.use_tensorboard.remote(str(self.dir / "tb")))
+            cluster.get(self.learner.load.remote(self.dir / "checkpoints/latest.zip", state.env_steps, state.updates))
+        cluster.get(self.learner.use_tensorboard.remote(str(self.dir / "tb")))
         self.workers = [self._worker(i, state.episodes[i]) for i in range(a.actors)]
-        pids = ray.get([w.pid.remote() for w in self.workers])
+        pids = cluster.get([w.pid.remote() for w in self.workers])
         write_json(self.dir / "actors.json", {"pids": pids, "round": state.round})
+        self.placement = {
+            "driver": ray.get_runtime_context().get_node_id(),
+            "learner": cluster.get(self.learner.node_id.remote()),
+            "actors": cluster.get([w.node_id.remote() for w in self.workers]),
+        }
         version = state.version
         model_ref = self.broadcaster.publish.remote(self.learner.weights.remote(), version)
         pending_batches: list[Any] = []
@@ -313,16 +321,16 @@ class Run:
                     train_ref = self.learner.train.remote(updates, progress_remaining)
                     next_ref = self.broadcaster.publish.remote(self.learner.weights.remote(), version + 1)
                 results = self._collect(launched, steps, exploration, version, model_ref, state)
-                train_stats = ray.get(train_ref) if train_ref is not None else None
+                train_stats = cluster.get(train_ref) if train_ref is not None else None
                 if next_ref is not None:
-                    ray.get(next_ref)  # built: the next round's actors may fetch it
+                    cluster.get(next_ref)  # built: the next round's actors may fetch it
                     model_ref, version = next_ref, version + 1
                 pending_batches = [batch for _, batch in results]
                 self._batch_steps = [summary.steps for summary, _ in results]
                 for summary, _ in results:
                     self.broadcaster.observe.remote(summary.calibration_sample)
-                    # these transitions reach the learner next round, while it trains the version after `version`
-                    self.staleness.append(np.full(summary.steps, version + 1 - summary.version))
+                    # they reach the learner next round, when it holds `version` (just published)
+                    self.staleness.append(np.full(summary.steps, version - summary.version))
                 round_steps = sum(self._batch_steps)
                 state.env_steps += round_steps
                 state.round += 1
@@ -357,13 +365,12 @@ class Run:
         """Every actor's rollout of this round, in actor order; a dead actor is replaced and runs it again."""
         from ray.exceptions import RayActorError
 
-        ray = self.ray
         results = []
         for i in range(self.args.actors):
             summary_ref, batch_ref = launched[i]
             for attempt in range(4):
                 try:
-                    summary = ray.get(summary_ref)
+                    summary = cluster.get(summary_ref)
                     break
                 except RayActorError as e:
                     if attempt == 3:
@@ -377,7 +384,7 @@ class Run:
                     )
                     state.restarts.append({"actor": i, "round": state.round, "cause": cause})
                     self.workers[i] = self._worker(i, state.episodes[i])
-                    pids = self.ray.get([w.pid.remote() for w in self.workers])
+                    pids = cluster.get([w.pid.remote() for w in self.workers])
                     write_json(self.dir / "actors.json", {"pids": pids, "round": state.round})
                     summary_ref, batch_ref = self._launch(i, steps, exploration, version, model_ref)
             # episodes ended: a replacement actor begins the one its predecessor was flying again, same seed
@@ -425,7 +432,7 @@ class Run:
         from actorq.tasks import evaluate
 
         holder = ActorSession()
-        holder.load(self.ray.get(model_ref))
+        holder.load(cluster.get(model_ref))
 
         def policy(obs: np.ndarray):
             acted = holder.act(obs)
@@ -446,11 +453,11 @@ class Run:
     def _save_model(self, name: str) -> None:
         policy_dir = self.dir / "policy"
         policy_dir.mkdir(exist_ok=True)
-        self.ray.get(self.learner.save.remote(policy_dir / name))
+        cluster.get(self.learner.save.remote(policy_dir / name))
 
     def _checkpoint(self, state: RunState) -> None:
         (self.dir / "checkpoints").mkdir(exist_ok=True)
-        self.ray.get(self.learner.save.remote(self.dir / "checkpoints/latest.zip"))
+        cluster.get(self.learner.save.remote(self.dir / "checkpoints/latest.zip"))
         write_json(self.dir / "checkpoints/state.json", asdict(state))
 
     def _load_state(self) -> RunState:
@@ -463,13 +470,12 @@ class Run:
             raise ActorQError(f"{path}: not a readable run state ({e})") from None
 
     def _report(self, state: RunState, rows: list[dict]) -> TrainReport:
-        ray = self.ray
         a = self.args
-        versions = [asdict(r) for r in ray.get(self.broadcaster.history.remote())]
+        versions = [asdict(r) for r in cluster.get(self.broadcaster.history.remote())]
         cpu = {
-            "learner": ray.get(self.learner.cpu_seconds.remote()),
-            "broadcaster": ray.get(self.broadcaster.cpu_seconds.remote()),
-            "actors": float(sum(ray.get([w.cpu_seconds.remote() for w in self.workers]))),
+            "learner": cluster.get(self.learner.cpu_seconds.remote()),
+            "broadcaster": cluster.get(self.broadcaster.cpu_seconds.remote()),
+            "actors": float(sum(cluster.get([w.cpu_seconds.remote() for w in self.workers]))),
             "driver": time.process_time(),
         }
         total_cpu = float(sum(cpu.values()))
@@ -489,7 +495,12 @@ class Run:
             args=asdict(a),
             task=a.task,
             precision=a.precision,
-            ray={"address": self.info.address, "nodes": self.info.nodes, "cpus": self.info.cpus},
+            ray={
+                "address": self.info.address,
+                "nodes": self.info.nodes,
+                "cpus": self.info.cpus,
+                "placement": self.placement | {"actors_now": cluster.get([w.node_id.remote() for w in self.workers])},
+            },
             machine=_machine(),
             state=asdict(state),
             final=final,
@@ -595,7 +606,6 @@ def summary_lines(report: TrainReport) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = resolved(TrainArgs(**vars(parser().parse_args(argv))))
-    from actorq import cluster
 
     cluster.require_ray()
     out = args.run_dir()
