@@ -482,7 +482,8 @@ class Run:
         stale = np.concatenate(self.staleness) if self.staleness else np.zeros(0)
         built = [v for v in versions if v["version"] > 0]
         rollout_s = [r["rollout_s"] for r in rows]
-        pulls = [r["pull_s"] + r["load_s"] for r in rows if r["pull_s"] > 0]
+        # version 0's pull waits for the first template (calibration, quantize_static): not a per-version cost
+        pulls = [r["pull_s"] + r["load_s"] for r in rows if r["pull_s"] > 0 and r["acting_version"] > 0]
 
         def med(x: list[float]) -> float | None:
             return float(np.median(x)) if x else None
