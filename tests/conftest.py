@@ -72,6 +72,8 @@ GROUP_OF_FILE = {path: group for group, paths in GROUPS.items() for path in path
 # not in a group. The rest go out after these, in xdist's order.
 SLOW: dict[str, float] = {
     "memory": 120,
+    "tests/actorq/test_actorq_train.py::test_int8_training_replaces_a_killed_actor_then_resumes_and_exports": 75,
+    "tests/actorq/test_actorq_cluster.py": 50,
     "policies-tiny-run": 110,
     "quantize-bc-actor": 90,
     "tests/reliability/test_fuzz_bridge.py": 35,
