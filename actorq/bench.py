@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from actorq.train import TrainArgs, TrainReport, resolved
-from airq_cli import ArgumentParser, output_dir, run, write_json
+from airq_cli import output_dir, run, write_json
 
 FIELDS = (
     "actor_steps_per_s_median",
@@ -164,19 +164,20 @@ def report_lines(result: BenchResult) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from actorq.train import parser as train_parser
 
-    p = ArgumentParser(prog="python -m actorq.bench", description=__doc__.split("\n\n")[0])
+    p = train_parser("python -m actorq.bench", __doc__.split("\n\n")[0])
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (one run per precision each)"
     )
-    p.add_argument("--bench-out", type=output_dir, default="out/actorq/bench", help="where runs and bench.json go")
-    known, rest = p.parse_known_args(argv)
-    args = train_parser().parse_args(rest)
-    base = TrainArgs(**vars(args))
-    if base.out or base.resume:
-        p.error("--out and --resume belong to actorq.train; the benchmark writes its runs under --bench-out")
+    p.add_argument("--bench-out", type=output_dir, default="out/actorq/bench", help="where the runs and bench.json go")
+    values = vars(p.parse_args(argv))
+    seeds, out = values.pop("seeds"), Path(values.pop("bench_out"))
+    base = TrainArgs(**values)
+    if base.out or base.resume or base.precision != TrainArgs.precision:
+        p.error(
+            "--out, --resume and --precision belong to actorq.train: the benchmark runs both precisions under --bench-out"
+        )
     resolved(base)  # bad values stop here
-    out = Path(known.bench_out)
-    result = bench(base, known.seeds, out)
+    result = bench(base, seeds, out)
     write_json(out / "bench.json", asdict(result))
     for line in report_lines(result):
         print(line)

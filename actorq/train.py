@@ -554,8 +554,9 @@ class Run:
         export_run(policy_dir, self.dir / "policy_fp32.onnx", checkpoint="best", eval_episodes=0)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="python -m actorq.train", description=__doc__.split("\n\n")[0])
+def parser(prog: str = "python -m actorq.train", description: str = "") -> argparse.ArgumentParser:
+    """actorq.train's flags (actorq.bench builds on them)."""
+    p = ArgumentParser(prog=prog, description=description or __doc__.split("\n\n")[0])
     p.add_argument("--task", choices=TASKS)
     p.add_argument("--precision", choices=PRECISIONS, help="the actors' models (the learner is always fp32)")
     p.add_argument("--actors", type=int)

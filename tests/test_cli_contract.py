@@ -44,6 +44,8 @@ MODULES = [
     "firmware_bridge.keys",
     "firmware_bridge.systemd",
     "actorq.bench_weights",
+    "actorq.train",
+    "actorq.bench",
 ]
 QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep"]
 
@@ -76,6 +78,8 @@ OUTPUTS = [
     ("device_emulation.roofline", ["measure", "--out", "OUT"], "file"),
     ("firmware_bridge.keys", ["OUT", "bridge"], "dir"),
     ("actorq.bench_weights", ["--out", "OUT"], "file"),
+    ("actorq.train", ["--out", "OUT"], "dir"),
+    ("actorq.bench", ["--bench-out", "OUT"], "dir"),
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
 NO_OUTPUT = {"device_emulation.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
