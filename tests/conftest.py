@@ -65,6 +65,15 @@ for _path in (
     "tests/actorq/test_actorq_holder.py",
 ):
     GROUPS[_path] = (_path,)
+# Tests (all parametrizations of one test function, ``path::name``) that share a module-scoped fixture
+# flown once for them: on one worker, as one unit; the file's other tests stay free to spread.
+for _test in (
+    # the uninterrupted reference run both interruptions are compared with
+    "tests/reliability/test_kill_and_resume.py::test_interrupted_run_leaves_a_valid_log_and_resumes",
+    # the interrupted first session both resumes start from
+    "tests/reliability/test_run_claims_and_resume.py::test_resume_adds_up_every_session_and_keeps_finished_policies",
+):
+    GROUPS[_test] = (_test,)
 GROUP_OF_FILE = {path: group for group, paths in GROUPS.items() for path in paths}
 
 # Roughly how long a unit (a group, or a single test) takes with -n 2 on the 2-core CI VM, in seconds, for the
@@ -93,10 +102,12 @@ SLOW: dict[str, float] = {
 
 
 def unit_of(nodeid: str, scope: str) -> str:
-    """The work unit of a test: its group if its file has one, else what xdist made of it (the test itself)."""
+    """The work unit of a test: its group if its test function or its file has one, else what xdist made of it
+    (the test itself)."""
     if scope != nodeid:  # an xdist_group suffix arrived after all
         return scope
-    return GROUP_OF_FILE.get(nodeid.split("::", 1)[0], nodeid)
+    function = nodeid.split("[", 1)[0]  # path::name, without the parameters
+    return GROUP_OF_FILE.get(function) or GROUP_OF_FILE.get(nodeid.split("::", 1)[0], nodeid)
 
 
 def cost(unit: str) -> float:

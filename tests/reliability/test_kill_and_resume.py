@@ -116,7 +116,11 @@ def test_sigkill_bridge_mid_episode_fails_safe_and_recovers(policy: Path, tmp_pa
     assert "outage" in stdout
 
 
-def uninterrupted_reference(policy: Path, out: Path) -> list[dict]:
+@pytest.fixture(scope="module")
+def reference(policy: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The uninterrupted run both interrupted runs are compared with: the same command for each, so it is flown
+    once per module (tests/conftest.py keeps the two on one worker)."""
+    out = tmp_path_factory.mktemp("reference")
     code, _, stderr = finish(paced_run(policy, out, "--deadline-ms", 5000, rate_hz=FAST_HZ))
     assert code == 0, stderr
     return sorted(episodes(run_log(out)), key=lambda e: e["episode"])
@@ -127,8 +131,9 @@ def outcome(e: dict) -> tuple:
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
-def test_interrupted_run_leaves_a_valid_log_and_resumes(policy: Path, tmp_path: Path, how: signal.Signals) -> None:
-    reference = uninterrupted_reference(policy, tmp_path / "reference")
+def test_interrupted_run_leaves_a_valid_log_and_resumes(
+    policy: Path, reference: list[dict], tmp_path: Path, how: signal.Signals
+) -> None:
     out = tmp_path / "interrupted"
     # A generous deadline: this test compares results, so no act may turn into a fail-safe.
     with killed_on_exit(paced_run(policy, out, "--deadline-ms", 5000, rate_hz=FAST_HZ)) as run:

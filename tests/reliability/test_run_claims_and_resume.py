@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -229,9 +230,12 @@ def test_a_study_that_flies_nothing_leaves_no_claim(tmp_path):
     assert (out / "study_args.json").exists() and "other arguments" not in corrected.stderr
 
 
-@pytest.mark.parametrize("report_lost", [False, True], ids=["report-kept", "report-lost"])
-def test_resume_adds_up_every_session_and_keeps_finished_policies(policies, tmp_path, report_lost):
-    out = tmp_path / "resumed"
+@pytest.fixture(scope="module")
+def first_session(policies, tmp_path_factory) -> tuple[Path, int, str]:
+    """The interrupted first session both resume tests start from (the same command and interruptions for
+    each, so it is flown once per module; tests/conftest.py keeps the two on one worker): its --out folder,
+    exit code and stderr. Each test checks it and resumes a copy of its own."""
+    out = tmp_path_factory.mktemp("first-session") / "resumed"
     command = hil_run_command(
         *(a for p in policies for a in ("--policy", p)),
         "--sim-only",
@@ -255,10 +259,18 @@ def test_resume_adds_up_every_session_and_keeps_finished_policies(policies, tmp_
         wait_for_log(out, lambda r: any(e["policy_index"] == 1 for e in episodes(r)), 120, process)
         process.send_signal(signal.SIGINT)  # interrupted while flying the second policy
         code, _, stderr = finish_within(process, 60)
+    return out, code, stderr
+
+
+@pytest.mark.parametrize("report_lost", [False, True], ids=["report-kept", "report-lost"])
+def test_resume_adds_up_every_session_and_keeps_finished_policies(first_session, tmp_path, report_lost):
+    session_out, code, stderr = first_session
+    out = tmp_path / "resumed"
+    shutil.copytree(session_out, out)  # resumed (and changed) here, the first session's folder stays as it was
     assert code == 130, stderr[-2000:]
-    first_session = episodes(run_log(out))
-    restarts = sum(e.get("bridge_restarts", 0) for e in first_session)
-    assert restarts == 1 and sum(e.get("policy_uploads", 0) for e in first_session) == 1
+    first_rows = episodes(run_log(out))
+    restarts = sum(e.get("bridge_restarts", 0) for e in first_rows)
+    assert restarts == 1 and sum(e.get("policy_uploads", 0) for e in first_rows) == 1
     before = json.loads((out / "report.json").read_text())["runs"][0]  # written when the first policy ended
     if report_lost:
         # As a kill -9 right after the first policy's last episode reached the log would leave it:
