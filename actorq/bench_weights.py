@@ -114,16 +114,6 @@ class BenchResult:
     networks: list[NetworkBench]
 
 
-def observations(episodes: int, seed: int, max_samples: int) -> np.ndarray:
-    """What the scripted heuristic sees flying ``default`` (quantize.calibration's filter applies)."""
-    from nav_env.baselines import HeuristicPolicy
-    from nav_env.config import load_level
-    from quantize.calibration import collect_observations
-
-    cfg = load_level("default")
-    return collect_observations(HeuristicPolicy(cfg), cfg, episodes, seed, max_samples)
-
-
 def _network(name: str, policy3_weights: Path, seed: int):
     from actorq.nets import actor_from_onnx, network_actor
 
@@ -245,10 +235,11 @@ def bench(
     command: str = "",
 ) -> BenchResult:
     """The whole benchmark as a typed result (prints nothing)."""
+    from actorq.tasks import heuristic_observations
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED
 
-    calibration = observations(16, CALIBRATION_SEED, calibration_obs)
-    heldout = observations(16, HELDOUT_SEED, heldout_obs)
+    calibration = heuristic_observations(16, CALIBRATION_SEED, calibration_obs)
+    heldout = heuristic_observations(16, HELDOUT_SEED, heldout_obs)
     before = machine()
     rows = [bench_network(n, versions, calibration, heldout, step, seed, policy3_weights) for n in networks]
     after = machine()

@@ -11,12 +11,13 @@ template calibrated on those observations and that version's weights (seconds, n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from actorq.errors import ActorQError
 from actorq.nets import Weights, load_weights, mlp_actor
+from actorq.versions import RayProcess
 from actorq.weights import Fp32Template, Int8Template, ModelVersion, Precision, default_int8_options
 from quantize.options import StaticInt8Options
 
@@ -47,7 +48,7 @@ def forward_fp32(weights: Weights, obs: np.ndarray) -> np.ndarray:
     return x @ np.asarray(weights["head.weight"]).T + weights["head.bias"]
 
 
-class Broadcaster:
+class Broadcaster(RayProcess):
     """Plain class; ``actorq.cluster`` runs it as a Ray actor. One per run; builds every version."""
 
     def __init__(
@@ -69,11 +70,7 @@ class Broadcaster:
         self.precision: Precision = precision
         self.discrete = discrete
         self.net = mlp_actor(hidden, obs_dim, n_outputs)
-        self.options: StaticInt8Options = default_int8_options()
-        if not split_input:
-            from dataclasses import replace
-
-            self.options = replace(self.options, split_input=False)
+        self.options: StaticInt8Options = replace(default_int8_options(), split_input=split_input)
         self.recent = np.ascontiguousarray(calibration_obs, dtype=np.float32)[-RECENT_OBS:]
         self.recalibrate_below = recalibrate_below
         self.check_obs = check_obs
@@ -132,10 +129,6 @@ class Broadcaster:
         if agreement < self.recalibrate_below:
             self._recalibrate = True
         return agreement, time.perf_counter() - t0
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this process so far (the energy estimate's input)."""
-        return time.process_time()
 
     def history(self) -> list[VersionRecord]:
         return list(self.records)

@@ -21,7 +21,7 @@ from torch import nn
 from actorq.errors import ActorQError
 from actorq.nets import actor_weights
 from actorq.tasks import hidden_sizes, make_env, spec
-from actorq.versions import Transitions
+from actorq.versions import RayProcess, Transitions
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class TrainStats:
     loss: float | None  # the last update's loss (DQN) or critic loss (TD3) as SB3 logged it
 
 
-class Learner:
+class Learner(RayProcess):
     """Owns the SB3 model. Not thread-safe; as a Ray actor its methods run one at a time."""
 
     def __init__(self, settings: LearnerSettings):
@@ -149,16 +149,6 @@ class Learner:
         for key, value in values.items():
             self.model.logger.record(key, value)
         self.model.logger.dump(step)
-
-    def node_id(self) -> str:
-        """The Ray node this runs on (where the run's report says each part ran)."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this process so far (the energy estimate's input)."""
-        return time.process_time()
 
     def save(self, path: str | Path) -> None:
         """The model (not the replay buffer) to an SB3 zip, written atomically."""

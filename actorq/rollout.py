@@ -16,8 +16,9 @@ import numpy as np
 
 from actorq.errors import ActorQError
 from actorq.holder import ActorSession
-from actorq.tasks import TRAIN_SEED_BASE, Exploration, env_action, io_sizes, make_env, spec
-from actorq.versions import ModelVersion, Transitions
+from actorq.tasks import Exploration, env_action, io_sizes, make_env, spec
+from actorq.versions import ModelVersion, RayProcess, Transitions
+from policies.config import TRAIN_SEED_BASE
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Rollout:
     calibration_sample: np.ndarray = field(repr=False)  # a few observations for the broadcaster's calibration set
 
 
-class RolloutWorker:
+class RolloutWorker(RayProcess):
     """Plain class; ``actorq.cluster`` runs it as a Ray actor."""
 
     def __init__(
@@ -133,18 +134,3 @@ class RolloutWorker:
             self.actor, acting, steps, returns, successes, RolloutTiming(pull_s, load_s, act_s, env_s, total), sample
         )
         return summary, transitions
-
-    def pid(self) -> int:
-        import os
-
-        return os.getpid()
-
-    def node_id(self) -> str:
-        """The Ray node this runs on (where the run's report says each part ran)."""
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def cpu_seconds(self) -> float:
-        """CPU time of this process so far (the energy estimate's input)."""
-        return time.process_time()

@@ -23,11 +23,9 @@ import gymnasium as gym
 import numpy as np
 
 from actorq.errors import ActorQError
+from policies.config import EVAL_SEED_BASE  # held-out evaluation episodes 1M + j, as policies evaluates
 
 TASKS = ("nav", "pendulum")
-TRAIN_SEED_BASE = 10_000_000  # actor i's episode k: TRAIN_SEED_BASE + seed * 1M + i * 100k + k (policies' base)
-EVAL_SEED_BASE = 1_000_000  # held-out evaluation episodes: 1M + j (policies.config.EVAL_SEED_BASE)
-CALIBRATION_SEED = 2_000_000  # observations calibrating the int8 template: 2M + j (quantize.calibration)
 
 
 @dataclass(frozen=True)
@@ -123,16 +121,24 @@ def env_action(env: gym.Env, buffer_action: np.ndarray) -> Any:
     return int(buffer_action)
 
 
+def heuristic_observations(episodes: int, seed: int, max_samples: int, level: str = "default") -> np.ndarray:
+    """What nav_env's scripted heuristic sees flying the level (quantize.calibration's recording and filter)."""
+    from nav_env.baselines import HeuristicPolicy
+    from nav_env.config import load_level
+    from quantize.calibration import collect_observations
+
+    cfg = load_level(level)
+    return collect_observations(HeuristicPolicy(cfg), cfg, episodes, seed, max_samples)
+
+
 def calibration_observations(task: str, n: int, level: str = "default") -> np.ndarray:
     """Observations the int8 template is calibrated on before the first rollout: nav_env's scripted heuristic
-    flying the level (as quantize calibrates), or random actions in Pendulum; seeds from CALIBRATION_SEED."""
-    if spec(task).name == "nav":
-        from nav_env.baselines import HeuristicPolicy
-        from nav_env.config import load_level
-        from quantize.calibration import collect_observations
+    flying the level (as quantize calibrates), or random actions in Pendulum; seeds from quantize's
+    CALIBRATION_SEED."""
+    from quantize.calibration import CALIBRATION_SEED
 
-        cfg = load_level(level)
-        return collect_observations(HeuristicPolicy(cfg), cfg, max(1, n // 100), CALIBRATION_SEED, n)
+    if spec(task).name == "nav":
+        return heuristic_observations(max(1, n // 100), CALIBRATION_SEED, n, level)
     env = make_env(task)
     rng = np.random.default_rng(CALIBRATION_SEED)
     rows: list[np.ndarray] = []

@@ -35,7 +35,7 @@ import numpy as np
 
 from actorq import cluster
 from actorq.errors import ActorQError
-from actorq.tasks import TASKS, spec
+from actorq.tasks import TASKS, hidden_sizes, spec
 from actorq.versions import PRECISIONS
 from airq_cli import ArgumentParser, Progress, defaults_from, output_dir, run, write_atomic, write_json
 
@@ -125,8 +125,6 @@ def resolved(args: TrainArgs) -> TrainArgs:
         raise ActorQError("--exploration-final-eps must be in [0, 1] and --exploration-fraction in (0, 1]")
     if out.noise_std < 0 or out.watts_per_core < 0 or not 0 <= out.recalibrate_below <= 1:
         raise ActorQError("--noise-std and --watts-per-core must be >= 0, --recalibrate-below in [0, 1]")
-    from actorq.tasks import hidden_sizes
-
     hidden_sizes(out.task, out.network)  # a bad --network stops here, before Ray starts
     if out.eval_every < 0:
         raise ActorQError(f"--eval-every must be >= 0, got {out.eval_every}")
@@ -199,9 +197,11 @@ def _machine() -> dict[str, str]:
 
 
 def epsilon(args: TrainArgs, env_steps: int) -> float:
-    """SB3's linear schedule, 1 -> final over the first exploration_fraction of the steps."""
-    progress = min(1.0, env_steps / max(1.0, args.exploration_fraction * args.steps))
-    return 1.0 + progress * (args.exploration_final_eps - 1.0)
+    """SB3 DQN's own schedule: 1 -> final over the first exploration_fraction of the steps."""
+    from stable_baselines3.common.utils import LinearSchedule
+
+    schedule = LinearSchedule(1.0, args.exploration_final_eps, args.exploration_fraction)
+    return float(schedule(1.0 - env_steps / args.steps))
 
 
 class Run:
@@ -211,12 +211,11 @@ class Run:
         self.args = args
         self.dir = args.run_dir()
         self.task = spec(args.task)
-        self._batch_steps: list[int] = []
 
     def _start(self) -> None:
         from actorq.learner import LearnerSettings
         from actorq.nets import OBS_DIM
-        from actorq.tasks import calibration_observations, hidden_sizes, io_sizes, make_env
+        from actorq.tasks import calibration_observations, io_sizes, make_env
 
         a = self.args
         self.ray = cluster.require_ray()
@@ -278,8 +277,7 @@ class Run:
             cluster.get(self.learner.load.remote(self.dir / "checkpoints/latest.zip", state.env_steps, state.updates))
         cluster.get(self.learner.use_tensorboard.remote(str(self.dir / "tb")))
         self.workers = [self._worker(i, state.episodes[i]) for i in range(a.actors)]
-        pids = cluster.get([w.pid.remote() for w in self.workers])
-        write_json(self.dir / "actors.json", {"pids": pids, "round": state.round})
+        self._record_actors(state)
         self.placement = {
             "driver": ray.get_runtime_context().get_node_id(),
             "learner": cluster.get(self.learner.node_id.remote()),
@@ -287,10 +285,9 @@ class Run:
         }
         version = state.version
         model_ref = self.broadcaster.publish.remote(self.learner.weights.remote(), version)
-        pending_batches: list[Any] = []
+        previous: list[tuple[Any, Any]] = []  # the last round's (summary, transitions ref) per actor
         rows: list[dict] = []
         self.staleness: list[np.ndarray] = []
-        self.rollout_rows: list[dict] = []
         metrics = self.dir / "metrics.jsonl"
         if not a.resume:
             metrics.unlink(missing_ok=True)
@@ -311,12 +308,11 @@ class Run:
                 launched = {i: self._launch(i, steps, exploration, version, model_ref) for i in range(a.actors)}
                 # meanwhile the learner eats the previous round and the broadcaster makes the next version
                 next_ref = None
-                for batch in pending_batches:
+                for _, batch in previous:
                     self.learner.add.remote(batch)
-                learned = len(pending_batches) > 0 and state.env_steps >= a.learning_starts
                 train_ref = None
-                if learned:
-                    updates = int(round(a.updates_per_step * sum(self._batch_steps)))
+                if previous and state.env_steps >= a.learning_starts:
+                    updates = int(round(a.updates_per_step * sum(summary.steps for summary, _ in previous)))
                     progress_remaining = 1.0 - state.env_steps / a.steps
                     train_ref = self.learner.train.remote(updates, progress_remaining)
                     next_ref = self.broadcaster.publish.remote(self.learner.weights.remote(), version + 1)
@@ -325,13 +321,12 @@ class Run:
                 if next_ref is not None:
                     cluster.get(next_ref)  # built: the next round's actors may fetch it
                     model_ref, version = next_ref, version + 1
-                pending_batches = [batch for _, batch in results]
-                self._batch_steps = [summary.steps for summary, _ in results]
+                previous = results
                 for summary, _ in results:
                     self.broadcaster.observe.remote(summary.calibration_sample)
                     # they reach the learner next round, when it holds `version` (just published)
                     self.staleness.append(np.full(summary.steps, version - summary.version))
-                round_steps = sum(self._batch_steps)
+                round_steps = sum(summary.steps for summary, _ in results)
                 state.env_steps += round_steps
                 state.round += 1
                 state.version = version
@@ -357,6 +352,11 @@ class Run:
         if self.task.name == "nav":
             self._export_policy(state)
         return report
+
+    def _record_actors(self, state: RunState) -> None:
+        """actors.json: the actors' process ids now (to watch or stop them from outside)."""
+        pids = cluster.get([w.pid.remote() for w in self.workers])
+        write_json(self.dir / "actors.json", {"pids": pids, "round": state.round})
 
     def _launch(self, i: int, steps: int, exploration, version: int, model_ref) -> Any:
         return self.workers[i].rollout.options(num_returns=2).remote(steps, exploration, version, [model_ref])
@@ -384,8 +384,7 @@ class Run:
                     )
                     state.restarts.append({"actor": i, "round": state.round, "cause": cause})
                     self.workers[i] = self._worker(i, state.episodes[i])
-                    pids = cluster.get([w.pid.remote() for w in self.workers])
-                    write_json(self.dir / "actors.json", {"pids": pids, "round": state.round})
+                    self._record_actors(state)
                     summary_ref, batch_ref = self._launch(i, steps, exploration, version, model_ref)
             # episodes ended: a replacement actor begins the one its predecessor was flying again, same seed
             state.episodes[i] += len(summary.episode_returns)
@@ -419,7 +418,6 @@ class Run:
             "train_s": train_stats.seconds if train_stats else 0.0,
             "loss": train_stats.loss if train_stats else None,
         }
-        self.rollout_rows.append(row)
         return row
 
     def _postfix(self, state: RunState) -> str:

@@ -1,9 +1,12 @@
 """What crosses process boundaries in ActorQ, kept free of torch so the actors never import it: a weight
 version in the actors' format (``ModelVersion``, built by ``actorq.weights``, loaded by ``actorq.holder``),
-and a rollout's transitions (``Transitions``, from ``actorq.rollout`` to ``actorq.learner``)."""
+and a rollout's transitions (``Transitions``, from ``actorq.rollout`` to ``actorq.learner``), and what the
+driver asks of every process it runs (``RayProcess``)."""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,3 +54,20 @@ class Transitions:
 
     def __len__(self) -> int:
         return len(self.reward)
+
+
+class RayProcess:
+    """What the driver asks of each part run as a Ray actor (learner, broadcaster, rollout worker)."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this runs on (where the run's report says each part ran)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this process so far (the energy estimate's input)."""
+        return time.process_time()
