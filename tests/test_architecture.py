@@ -18,6 +18,7 @@ ALL = {
     "device_emulation",
     "deployment_study",
     "actorq",
+    "quarl",
 }
 # module prefixes a package may import (a package name allows all of it)
 ALLOWED = {
@@ -30,6 +31,8 @@ ALLOWED = {
     "hil": {"airq_cli", "nav_env", "firmware_bridge", "device_emulation"},  # no policies, no quantize, no torch
     # ActorQ (issue 17): an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
     "actorq": {"airq_cli", "nav_env", "policies", "quantize", "firmware_bridge"},
+    # the QuaRL study on standard tasks (issue 18): training, export and quantization of SB3 policies
+    "quarl": {"airq_cli", "policies", "quantize"},
     "deployment_study": ALL - {"deployment_study"},  # a study sits on every stage
 }
 
