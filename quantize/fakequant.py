@@ -148,6 +148,60 @@ class FakeQuantActor(nn.Module):
         return torch.argmax(logits, dim=1), logits
 
 
+class QuantConv2d(nn.Module):
+    """QuantLinear's counterpart for an existing nn.Conv2d (CNN policies: MinAtar, Atari)."""
+
+    def __init__(self, conv: nn.Conv2d, bits: int, rounding: Rounding = "nearest"):
+        super().__init__()
+        self.conv, self.bits, self.enabled, self.rounding = conv, check_bits(bits), False, rounding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.conv
+        w = fake_quant_weight(c.weight, self.bits, self.rounding) if self.enabled else c.weight
+        return c._conv_forward(x, w, c.bias)
+
+
+# activation functions whose outputs the seed quantizes (SB3's MLPs use ReLU or Tanh)
+ACTIVATIONS = (nn.ReLU, nn.Tanh, nn.LeakyReLU, nn.ELU, nn.SiLU)
+
+
+def insert_fake_quant(
+    module: nn.Module, bits: int, rounding: Rounding = "nearest", skip: tuple[nn.Module, ...] = ()
+) -> None:
+    """In place, for any network (the SB3 policies of quarl): every Linear / Conv2d below ``module`` gets n-bit
+    weight fake-quant and every activation function's output an ActivationQuant, except modules in ``skip``
+    (e.g. an output squash). The wrappers hold the same Parameter objects in the same order, so an optimizer
+    or a target-network copy that iterates ``parameters()`` keeps working. Nothing is quantized until
+    ``freeze_and_quantize`` (or ``calibrate_module``)."""
+    for name, child in module.named_children():
+        if any(child is s for s in skip):
+            continue
+        if isinstance(child, nn.Linear):
+            setattr(module, name, QuantLinear(child, bits, rounding))
+        elif isinstance(child, nn.Conv2d):
+            setattr(module, name, QuantConv2d(child, bits, rounding))
+        elif isinstance(child, ACTIVATIONS):
+            setattr(module, name, nn.Sequential(child, ActivationQuant(bits)))
+        elif not isinstance(child, (QuantLinear, QuantConv2d, ActivationQuant)):
+            insert_fake_quant(child, bits, rounding, skip)
+
+
+def weight_quantizers(module: nn.Module) -> list[QuantLinear | QuantConv2d]:
+    return [m for m in module.modules() if isinstance(m, (QuantLinear, QuantConv2d))]
+
+
+def calibrate_module(module: nn.Module, run, obs: torch.Tensor, batch: int = 2048) -> None:
+    """PTQ for any module with quantizers inserted: ``run(obs_batch)`` pushes observations through it with float
+    weights while activation ranges are recorded; then ranges freeze and weights quantize."""
+    start_observing(module)
+    for q in weight_quantizers(module):
+        q.enabled = False
+    with torch.no_grad():
+        for i in range(0, len(obs), batch):
+            run(obs[i : i + batch])
+    freeze_and_quantize(module)
+
+
 def activation_quants(module: nn.Module) -> list[ActivationQuant]:
     return [m for m in module.modules() if isinstance(m, ActivationQuant)]
 
@@ -167,8 +221,8 @@ def freeze_and_quantize(module: nn.Module) -> None:
         if not torch.isfinite(q.lo):
             raise RuntimeError("an activation quantizer saw no data before freezing")
         q.observing, q.frozen = False, True
-    for lin in quant_linears(module):
-        lin.enabled = True
+    for q in weight_quantizers(module):
+        q.enabled = True
 
 
 def correct_biases(body: QuantBody, head: QuantLinear) -> None:

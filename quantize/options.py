@@ -42,6 +42,8 @@ class StaticInt8Options:
     float_split_sum: bool | None = None
     scheme: str = "u8s7"  # INT8_SCHEMES: activation/weight integer types (exactness across CPUs: docs/quantize.md)
     extra: dict = field(default_factory=dict)
+    # op types quantized besides Gemm/MatMul/Relu: ("Conv",) for the CNN policies of quarl (MinAtar, Atari)
+    extra_op_types: tuple[str, ...] = ()
 
     @property
     def use_float_split_sum(self) -> bool:

@@ -126,7 +126,7 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
             activation_type=getattr(QuantType, scheme.activation_type),
             weight_type=getattr(QuantType, scheme.weight_type),
             reduce_range=scheme.reduce_range,
-            op_types_to_quantize=list(LINEAR_OPS) + ["Relu"],
+            op_types_to_quantize=list(LINEAR_OPS) + ["Relu", *opts.extra_op_types],
             nodes_to_exclude=[last] if last else None,
             calibrate_method=method,
             extra_options=dict(opts.extra),

@@ -1,0 +1,78 @@
+"""A trial's acting network to ONNX (the airq policy contract: ``obs`` float32 [batch, obs_dim] -> ``action``,
+``logits``), and its PTQ files through quantize.ptq (onnxruntime's quantizers).
+
+Image policies (MinAtar, Atari) take the flat observation and reshape it inside the graph, so every file
+keeps the contract's 2-D input. Static int8 quantizes Conv as well as Gemm/MatMul/Relu (the CNN policies),
+keeps the logits layer in float (quantize.ptq) and uses the u8s7 scheme, exact on AVX2, VNNI and Arm.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from quarl.config import TrialSpec
+from quarl.errors import QuarlError
+
+
+def export_actor(actor, path: Path, spec: TrialSpec, entry) -> Path:
+    """Write ``actor`` (quarl.actor.DeployedActor) as ONNX with its trial's metadata; checks onnxruntime gives
+    the torch outputs on random observations before it returns."""
+    import torch
+
+    from policies.export import actor_to_onnx_bytes, with_metadata
+    from quantize.model_io import save_atomic
+
+    meta = {
+        "airq.env_id": spec.env_id,
+        "airq.algo": spec.algo,
+        "airq.seed": str(spec.seed),
+        "airq.obs_dim": str(actor.obs_dim),
+        "airq.obs_shape": ",".join(map(str, actor.obs_shape)),
+        "airq.output": actor.output,
+        "airq.hyperparams_source": entry.source,
+        "airq.precision": "fp32",
+    }
+    model = onnx.load_from_string(with_metadata(actor_to_onnx_bytes(actor), meta))
+    out = save_atomic(model, path, size_key=None)
+    obs = np.random.default_rng(0).random((64, actor.obs_dim), dtype=np.float32)
+    from quantize.runtime import session
+
+    got = session(out.read_bytes()).run(["logits"], {"obs": obs})[0]
+    with torch.no_grad():
+        want = actor(torch.as_tensor(obs))[1].numpy()
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+        raise QuarlError(f"{path}: the ONNX export differs from the torch network (max {np.abs(got - want).max():.3g})")
+    return out
+
+
+def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, ...], out_dir: Path) -> dict:
+    """{target: (path, seconds to build)} for fp16, static int8 and dynamic int8."""
+    from quantize.model_io import load_policy, save_atomic
+    from quantize.options import StaticInt8Options
+    from quantize.ptq import convert_fp16, quantize_dynamic_int8, quantize_static_int8
+
+    src = load_policy(fp32)
+    built = {}
+    for target in targets:
+        t0 = time.perf_counter()
+        if target == "fp16":
+            model = convert_fp16(src)
+        elif target == "int8":
+            opts = StaticInt8Options(split_input=False, extra_op_types=("Conv",))
+            model = quantize_static_int8(src, calibration_obs, opts)
+        elif target == "int8-dynamic":
+            model = quantize_dynamic_int8(src, keep_last_layer_fp32=True)
+        else:
+            raise QuarlError(f"unknown PTQ target {target!r}")
+        meta = {p.key: p.value for p in src.model.metadata_props} | {"airq.precision": target}
+        del model.metadata_props[:]
+        for k, v in meta.items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = k, v
+        path = save_atomic(model, out_dir / f"{target}.onnx")
+        built[target] = (path, time.perf_counter() - t0)
+    return built

@@ -1,0 +1,20 @@
+"""The machine a study ran on, for every trial's record: CPU, its int8 instructions, package versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def machine_record() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from firmware_bridge.int8_kernels import cpu_int8_features
+    from policies.machine import machine_info
+
+    record = machine_info() | {"int8_instructions": cpu_int8_features()}
+    for name in ("onnxruntime", "stable_baselines3", "gymnasium", "ray", "minatar", "ale-py"):
+        try:
+            record[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return record
