@@ -37,6 +37,7 @@ def export_actor(actor, path: Path, spec: TrialSpec, entry) -> Path:
         "airq.precision": "fp32",
     }
     model = onnx.load_from_string(with_metadata(actor_to_onnx_bytes(actor), meta))
+    materialize_shared_initializers(model)
     out = save_atomic(model, path, size_key=None)
     obs = np.random.default_rng(0).random((64, actor.obs_dim), dtype=np.float32)
     from quantize.runtime import session
@@ -47,6 +48,19 @@ def export_actor(actor, path: Path, spec: TrialSpec, entry) -> Path:
     if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
         raise QuarlError(f"{path}: the ONNX export differs from the torch network (max {np.abs(got - want).max():.3g})")
     return out
+
+
+def materialize_shared_initializers(model: onnx.ModelProto) -> None:
+    """The exporter stores equal tensors once and feeds the duplicates through Identity nodes (e.g. two conv
+    biases still at their zero init); onnxruntime's static quantizer needs every bias as an initializer."""
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in list(model.graph.node):
+        if node.op_type == "Identity" and node.input[0] in inits:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(inits[node.input[0]])
+            copy.name = node.output[0]
+            model.graph.initializer.append(copy)
+            model.graph.node.remove(node)
 
 
 def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, ...], out_dir: Path) -> dict:
@@ -65,7 +79,7 @@ def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, 
             opts = StaticInt8Options(split_input=False, extra_op_types=("Conv",))
             model = quantize_static_int8(src, calibration_obs, opts)
         elif target == "int8-dynamic":
-            model = quantize_dynamic_int8(src, keep_last_layer_fp32=True)
+            model = quantize_dynamic_int8(src, keep_last_layer_fp32=False)  # the seed: every layer's weights
         else:
             raise QuarlError(f"unknown PTQ target {target!r}")
         meta = {p.key: p.value for p in src.model.metadata_props} | {"airq.precision": target}

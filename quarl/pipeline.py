@@ -229,8 +229,9 @@ class Trial:
         if hasattr(model, "exploration_final_eps"):  # DQN: the trained policy explores as it ended, not from 1.0
             final_eps = float(model.exploration_final_eps)
             model.exploration_schedule = lambda _progress: final_eps
-        if hasattr(model, "learning_starts"):  # off-policy: the replay buffer refills during the delay
-            model.learning_starts = min(int(model.learning_starts), max(delay, 1))
+        if hasattr(model, "learning_starts"):  # off-policy: the replay buffer refills in the first half of the delay
+            model.learning_starts = min(int(model.learning_starts), max(delay // 2, 1))
+        calib = np.load(self.dir / "calibration_obs.npy")
         if self.entry.noise is not None:
             from quarl.zoo import action_noise
 
@@ -238,19 +239,27 @@ class Trial:
         quantized = insert_into_model(model, bits, self.spec.rounding)
         froze_at = {"step": -1}
 
+        def freeze(step: int) -> None:
+            # The monitored ranges also cover what the fp32 policy meets in its own episodes: an off-policy
+            # learner may not have acted yet (random actions before learning_starts).
+            obs = calib.reshape(-1, *model.observation_space.shape)
+            if vec_normalize is not None:
+                obs = vec_normalize.normalize_obs(obs)
+            model.policy.predict(obs, deterministic=True)
+            freeze_and_quantize(quantized)
+            froze_at["step"] = step
+
         class Freeze(BaseCallback):
             def _on_step(self) -> bool:
                 if froze_at["step"] < 0 and self.num_timesteps >= delay:
-                    freeze_and_quantize(quantized)
-                    froze_at["step"] = int(self.num_timesteps)
+                    freeze(int(self.num_timesteps))
                 return True
 
         log(f"{self.spec.name}: QAT {bits}-bit, {steps:,} steps (delay {delay:,}), lr {lr:.3g}")
         t0 = time.perf_counter()
         model.learn(steps, callback=Freeze(), reset_num_timesteps=True)
         if froze_at["step"] < 0:
-            freeze_and_quantize(quantized)
-            froze_at["step"] = int(model.num_timesteps)
+            freeze(int(model.num_timesteps))
         seconds = time.perf_counter() - t0
         actor = actor_from_model(model, vec_normalize)
         detail = {"steps": steps, "delay": delay, "froze_at": froze_at["step"], "learning_rate": lr}

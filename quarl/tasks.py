@@ -111,7 +111,7 @@ def make_train_env(entry: ZooEntry, seed: int) -> VecEnv:
     if task_family(entry.env_id) == "atari":
         venv = VecTransposeImage(venv)
     if entry.normalize is not None:
-        venv = VecNormalize(venv, gamma=float(entry.algo_kwargs.get("gamma", 0.99)), **entry.normalize)
+        venv = VecNormalize(venv, **entry.normalize)  # the zoo's normalize kwargs (with the entry's gamma)
     return venv
 
 
