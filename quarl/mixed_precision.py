@@ -54,14 +54,16 @@ def device_and_dtype(dtype: str, device: str):
     return {"fp32": None, "bf16": torch.bfloat16}[dtype]
 
 
-def train_once(env_id: str, algo: str, seed: int, steps: int, dtype: str, device: str, episodes: int) -> tuple[float, float, list[float]]:
+def train_once(
+    env_id: str, algo: str, seed: int, steps: int, dtype: str, device: str, episodes: int
+) -> tuple[float, float, list[float]]:
     import torch
 
     from quarl.actor import actor_from_model
     from quarl.evaluate import episode_returns
     from quarl.pipeline import torch_policy
     from quarl.results import EvalProtocol
-    from quarl.tasks import EpisodeEnv, MINATAR_MAX_STEPS, make_train_env, task_family
+    from quarl.tasks import MINATAR_MAX_STEPS, EpisodeEnv, make_train_env, task_family
     from quarl.zoo import make_model, zoo_entry
 
     autocast_dtype = device_and_dtype(dtype, device)
@@ -109,9 +111,23 @@ def compare(
     for k, seed in enumerate(seeds):
         order = ["fp32", dtype] if k % 2 == 0 else [dtype, "fp32"]
         for i, d in enumerate(order):
-            print(f"  seed {seed}: training {algo.upper()} on {env_id} for {steps:,} steps in {d} ({device})", flush=True)
+            print(
+                f"  seed {seed}: training {algo.upper()} on {env_id} for {steps:,} steps in {d} ({device})", flush=True
+            )
             update_s, train_s, returns = train_once(env_id, algo, seed, steps, d, device, episodes)
-            runs.append(PrecisionRun(seed, d, device, 2 * k + i, steps, round(update_s, 2), round(train_s, 2), float(np.mean(returns)), returns))
+            runs.append(
+                PrecisionRun(
+                    seed,
+                    d,
+                    device,
+                    2 * k + i,
+                    steps,
+                    round(update_s, 2),
+                    round(train_s, 2),
+                    float(np.mean(returns)),
+                    returns,
+                )
+            )
     return runs
 
 
