@@ -75,7 +75,7 @@ def train_once(
         model.policy.to(device)
         model.device = torch.device(device)
     spent = [0.0]
-    updates = model.train
+    updates = model.train  # type: ignore[attr-defined]
 
     def timed_train(*args, **kwargs):
         t0 = time.perf_counter()
@@ -88,7 +88,7 @@ def train_once(
             torch.cuda.synchronize()
         spent[0] += time.perf_counter() - t0
 
-    model.train = timed_train  # type: ignore[method-assign]
+    model.train = timed_train  # type: ignore[attr-defined]
     t0 = time.perf_counter()
     model.learn(steps)
     train_s = time.perf_counter() - t0
