@@ -236,7 +236,27 @@ def format_table(ref: dict, cells: dict, bits: list[int], methods: list[str], pa
     return "\n".join(lines) + "\n"
 
 
-def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str) -> bytes:
+def plot(
+    ref: dict,
+    cells: dict,
+    bits: list[int],
+    methods: list[str],
+    title: str,
+    *,
+    value: str = "success_rate",
+    interval: str = "success_ci95",
+    scale: float = 100.0,
+    ylabel: str = "success rate (%)",
+    ylim: tuple[float, float] | None = (0, 100),
+    xlabel: str = "bits (weights and activations; ptq-weights: weights only)",
+    what: str = "success rate",
+    labels: dict[str, str] | None = None,
+    ref_label: str = "fp32",
+) -> bytes:
+    """The metric (``ref[value]``, ``cells[(method, bits)][value]``, times ``scale``) against the bit width, each
+    point with its ``interval`` (low, high) as error bars, the reference as a dashed line in its band. The
+    defaults draw a sweep's success rates; other callers (quarl's reward vs bits) name their keys, axis
+    labels and legend ``labels`` per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,34 +264,27 @@ def plot(ref: dict, cells: dict, bits: list[int], methods: list[str], title: str
 
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = sorted(bits)
-    lo, hi = ref["success_ci95"]
-    ax.axhspan(lo * 100, hi * 100, color="gray", alpha=0.15)
-    ax.axhline(ref["success_rate"] * 100, color="gray", ls="--", label="fp32")
+    lo, hi = ref[interval]
+    ax.axhspan(lo * scale, hi * scale, color="gray", alpha=0.15)
+    ax.axhline(ref[value] * scale, color="gray", ls="--", label=ref_label)
     for m, marker in zip(methods, "osd^v"):
         pts = [(b, cells[(m, b)]) for b in xs if (m, b) in cells]
         if not pts:
             continue
-        y = np.array([c["success_rate"] for _, c in pts]) * 100
+        y = np.array([c[value] for _, c in pts]) * scale
         # max(0, .): a Wilson bound at 0% or 100% can sit a rounding error past the estimate
         err = (
-            np.array(
-                [
-                    [
-                        max(0.0, c["success_rate"] - c["success_ci95"][0]),
-                        max(0.0, c["success_ci95"][1] - c["success_rate"]),
-                    ]
-                    for _, c in pts
-                ]
-            ).T
-            * 100
+            np.array([[max(0.0, c[value] - c[interval][0]), max(0.0, c[interval][1] - c[value])] for _, c in pts]).T
+            * scale
         )
-        ax.errorbar([b for b, _ in pts], y, yerr=err, marker=marker, capsize=3, label=m)
-    ax.set_xlabel("bits (weights and activations; ptq-weights: weights only)")
-    ax.set_ylabel("success rate (%)")
+        ax.errorbar([b for b, _ in pts], y, yerr=err, marker=marker, capsize=3, label=(labels or {}).get(m, m))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_xticks(xs)
-    ax.set_ylim(0, 100)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(f"{title}: success rate vs bit width", fontsize=10)
+    ax.set_title(f"{title}: {what} vs bit width", fontsize=10)
     fig.tight_layout()
     return figure_png(fig)
