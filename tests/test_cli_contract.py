@@ -19,7 +19,7 @@ import pytest
 import airq_cli
 from firmware_bridge import cli as fb_cli
 
-# Every entry point: grep -rn '__main__' --include=*.py airq_cli nav_env policies quantize hil firmware_bridge actorq
+# Every entry point: grep -rn '__main__' --include=*.py airq_cli nav_env policies quantize hil firmware_bridge actorq quarl
 MODULES = [
     "nav_env.bench",
     "nav_env.demo",
@@ -46,6 +46,7 @@ MODULES = [
     "actorq.bench_weights",
     "actorq.train",
     "actorq.bench",
+    "quarl",
 ]
 QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep"]
 
@@ -80,6 +81,7 @@ OUTPUTS = [
     ("actorq.bench_weights", ["--out", "OUT"], "file"),
     ("actorq.train", ["--out", "OUT"], "dir"),
     ("actorq.bench", ["--bench-out", "OUT"], "dir"),
+    ("quarl", ["run", "c.toml", "--out", "OUT"], "dir"),
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
 NO_OUTPUT = {"device_emulation.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
@@ -139,6 +141,7 @@ def test_every_entry_point_is_listed():
         "device_emulation",
         "deployment_study",
         "actorq",
+        "quarl",
     ):
         for path in (root / package).rglob("*.py"):
             if '__name__ == "__main__"' in path.read_text() or path.name == "__main__.py":
@@ -199,7 +202,9 @@ def _parsers_of(module: str, argv: list[str], monkeypatch) -> argparse.ArgumentP
 
     monkeypatch.setattr(argparse.ArgumentParser, "print_help", capture)
     main = importlib.import_module(
-        {"quantize": "quantize.cli", "deployment_study": "deployment_study.study"}.get(module, module)
+        {"quantize": "quantize.cli", "deployment_study": "deployment_study.study", "quarl": "quarl.cli"}.get(
+            module, module
+        )
     ).main
     with pytest.raises(_Captured):
         main([*argv, "--help"])
@@ -213,6 +218,7 @@ HELP_CASES = (
         ("device_emulation.roofline", ["measure"]),
         ("device_emulation.roofline", ["cost"]),
         ("hil.run", ["--resume", "DIR"]),
+        ("quarl", ["run"]),
     ]
 )
 
