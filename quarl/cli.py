@@ -69,11 +69,52 @@ def parser() -> ArgumentParser:
         "and their estimated cost; no trial runs and no local Ray starts",
     )
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no per-trial lines on stderr")
+    from quarl.report import add_report_parser
+
+    add_report_parser(sub).prog = "python -m quarl report"
+    m = sub.add_parser(
+        "mixed-precision",
+        prog="python -m quarl mixed-precision",
+        help="train with bf16 autocast against fp32 in one run: update time, training time, final return",
+        description=(
+            "SB3's gradient updates under torch.autocast (bf16) against fp32, same seeds, "
+            "alternating order; acting stays fp32 (quarl/mixed_precision.py)."
+        ),
+    )
+    m.add_argument("--env", default="CartPole-v1", help="a task with an RL Zoo entry (quarl.zoo)")
+    m.add_argument("--algo", default="dqn", help="a2c, dqn, ppo, ddpg, td3 or sac")
+    m.add_argument("--steps", type=_positive, default=50_000, help="training steps per run")
+    m.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    m.add_argument("--dtype", default="bf16", help="the reduced precision (bf16)")
+    m.add_argument("--device", default="cpu", help="cpu or cuda (a CUDA GPU with bf16)")
+    m.add_argument("--episodes", type=_positive, default=100, help="evaluation episodes per trained policy")
+    m.add_argument("--out", type=output_dir, default="out/quarl/mixed_precision", help="where summary.json goes")
+    a = sub.add_parser(
+        "atari-check",
+        prog="python -m quarl atari-check",
+        help="the Atari pipeline at toy scale: train, export the CNN, static int8, op check, size, latency, agreement",
+        description="quarl/atari_check.py: what a full Atari trial runs, in minutes, on real frames.",
+    )
+    a.add_argument("--env", default="PongNoFrameskip-v4", help="an ALE game, <Game>NoFrameskip-v4")
+    a.add_argument("--algo", default="ppo", help="a2c, dqn or ppo")
+    a.add_argument("--steps", type=_positive, default=2048, help="training steps (toy scale)")
+    a.add_argument("--frames", type=_positive, default=400, help="real frames recorded: half calibrate, half held out")
+    a.add_argument("--out", type=output_dir, default="out/quarl/atari_check")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "report":
+        return int(args.func(args))
+    if args.command == "mixed-precision":
+        return _mixed_precision(args)
+    if args.command == "atari-check":
+        from quarl.atari_check import format_check, run_check
+
+        print(format_check(run_check(args.env, args.algo.lower(), args.steps, args.frames, Path(args.out))))
+        print(f"wrote {Path(args.out) / 'atari_check.json'}")
+        return 0
     config = load_config(args.config)
     out = Path(f"out/quarl/{config.name}" if args.out == DEFAULT_OUT else args.out)
     from quarl import tune_runner
@@ -102,3 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     elif counts["unfinished"]:
         print(f"interrupted: {counts['unfinished']} trials unfinished", file=sys.stderr)
     return study.exit_code
+
+
+def _mixed_precision(args: argparse.Namespace) -> int:
+    from quarl.mixed_precision import compare, summary, write_summary
+
+    runs = compare(args.env, args.algo.lower(), args.seeds, args.steps, args.dtype, args.device, args.episodes)
+    result = summary(runs) | {"env": args.env, "algo": args.algo.lower(), "device": args.device}
+    from quarl.machine import machine_record
+
+    result["machine"] = machine_record()
+    path = write_summary(Path(args.out) / "summary.json", result)
+    for row in result["per_seed"]:
+        print(
+            f"seed {row['seed']}: {row['dtype']} / fp32 update time {row['update_time_ratio']:.2f}x, training time "
+            f"{row['train_time_ratio']:.2f}x; return fp32 {row['fp32_return']:.1f}, {row['dtype']} {row['reduced_return']:.1f}"
+        )
+    print(f"wrote {path}")
+    return 0
