@@ -63,6 +63,7 @@ for _path in (
     "tests/test_wheel.py",
     "tests/actorq/test_actorq_weights.py",
     "tests/actorq/test_actorq_holder.py",
+    "tests/quarl/test_study_toy.py",
 ):
     GROUPS[_path] = (_path,)
 # Tests (all parametrizations of one test function, ``path::name``) that share a module-scoped fixture
@@ -83,6 +84,7 @@ SLOW: dict[str, float] = {
     "memory": 120,
     "tests/actorq/test_actorq_train.py::test_int8_training_replaces_a_killed_actor_then_resumes_and_exports": 75,
     "tests/actorq/test_actorq_cluster.py": 50,
+    "tests/quarl/test_study_toy.py": 120,
     "policies-tiny-run": 110,
     "quantize-bc-actor": 90,
     "tests/reliability/test_fuzz_bridge.py": 35,
