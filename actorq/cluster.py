@@ -7,11 +7,11 @@ learner, broadcaster and rollout worker are plain classes that Ray runs in their
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any
 
 from actorq.errors import ActorQError
+from airq_cli.network import check_ray_head
 
 INSTALL_HINT = "pip install 'airq[distributed]' (Ray, pinned in requirements/lock.txt)"
 
@@ -29,17 +29,9 @@ def require_ray():
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """A clear error for an address nothing answers at, before Ray's own minute of retries."""
-    if address == "auto" or address.startswith("ray://"):
-        return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ActorQError(f"--address {address!r}: expected HOST:PORT of a Ray head (ray start --head), or auto")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError as e:
-        raise ActorQError(f"--address {address}: no Ray head answers there ({e.strerror or e})") from None
+    if address.startswith("ray://"):
+        return  # Ray Client addresses are Ray's to check
+    check_ray_head(address, ActorQError, timeout_s)
 
 
 @dataclass(frozen=True)

@@ -190,15 +190,18 @@ def weight_quantizers(module: nn.Module) -> list[QuantLinear | QuantConv2d]:
     return [m for m in module.modules() if isinstance(m, (QuantLinear, QuantConv2d))]
 
 
-def calibrate_module(module: nn.Module, run, obs: torch.Tensor, batch: int = 2048) -> None:
+def calibrate_module(module: nn.Module, run, obs: torch.Tensor, batch: int = 2048, before_freeze=None) -> None:
     """PTQ for any module with quantizers inserted: ``run(obs_batch)`` pushes observations through it with float
-    weights while activation ranges are recorded; then ranges freeze and weights quantize."""
+    weights while activation ranges are recorded (then ``before_freeze()``, if given); then ranges freeze and
+    weights quantize."""
     start_observing(module)
     for q in weight_quantizers(module):
         q.enabled = False
     with torch.no_grad():
         for i in range(0, len(obs), batch):
             run(obs[i : i + batch])
+    if before_freeze is not None:
+        before_freeze()
     freeze_and_quantize(module)
 
 
@@ -252,12 +255,5 @@ def correct_biases(body: QuantBody, head: QuantLinear) -> None:
 def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048, bias_correction: bool = False) -> None:
     """PTQ: record activation ranges on observations (float weights, as the deployed model sees
     them before quantization), then freeze and quantize."""
-    start_observing(actor)
-    for lin in quant_linears(actor):
-        lin.enabled = False
-    with torch.no_grad():
-        for i in range(0, len(obs), batch):
-            actor(obs[i : i + batch])
-    if bias_correction:
-        correct_biases(actor.body, actor.head)
-    freeze_and_quantize(actor)
+    correction = (lambda: correct_biases(actor.body, actor.head)) if bias_correction else None
+    calibrate_module(actor, actor, obs, batch, correction)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_output_dir, json_text, write_json
+from airq_cli.network import check_ray_head
 from quarl.config import StudyConfig, TrialSpec
 from quarl.errors import QuarlError
 
@@ -82,21 +83,12 @@ def require_ray() -> Any:
 
 
 def check_address(address: str, timeout_s: float = 5.0) -> None:
-    """A clear error for an address nothing answers at, before Ray's own minute of retries (as actorq.cluster)."""
-    if address == "auto":
-        return
+    """A clear error for an address nothing answers at, before Ray's own minute of retries."""
     if address.startswith("ray://"):
         raise QuarlError(
             f"--address {address}: Ray Client (ray://) is not supported: run on the head node with --address auto"
         )
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise QuarlError(f"--address {address!r}: expected HOST:PORT of a Ray head (ray start --head), or auto")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError as e:
-        raise QuarlError(f"--address {address}: no Ray head answers there ({e.strerror or e})") from None
+    check_ray_head(address, QuarlError, timeout_s)
 
 
 @dataclass
