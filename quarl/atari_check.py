@@ -65,18 +65,20 @@ def record_frames(policy, env_id: str, frame_stack: int | None, frames: int, see
 
 
 def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: int = 0) -> AtariCheck:
-    from quantize.bench import bench
-    from quarl.actor import actor_from_model
-    from quarl.export import export_actor, quantize_files
-    from quarl.machine import machine_record
-    from quarl.pipeline import CALIBRATION_SEED, onnx_policy
-    from quarl.tasks import make_train_env, task_family
-    from quarl.zoo import make_model, zoo_entry
+    from quarl.tasks import task_family  # gymnasium only: bad input is refused before torch is imported
 
     if task_family(env_id) != "atari":
         raise QuarlError(f"{env_id} is not an Atari env (<Game>NoFrameskip-v4)")
     if steps < 1 or frames < 20:
         raise QuarlError(f"need --steps >= 1 and --frames >= 20, got {steps} and {frames}")
+    from quantize.bench import bench
+    from quarl.actor import actor_from_model
+    from quarl.export import export_actor, quantize_files
+    from quarl.machine import machine_record
+    from quarl.pipeline import CALIBRATION_SEED, onnx_policy
+    from quarl.tasks import make_train_env
+    from quarl.zoo import make_model, zoo_entry
+
     entry = zoo_entry(env_id, algo)
     out.mkdir(parents=True, exist_ok=True)
     venv = make_train_env(entry, seed)

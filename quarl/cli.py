@@ -88,6 +88,7 @@ def parser() -> ArgumentParser:
     m.add_argument("--dtype", default="bf16", help="the reduced precision (bf16)")
     m.add_argument("--device", default="cpu", help="cpu or cuda (a CUDA GPU with bf16)")
     m.add_argument("--episodes", type=_positive, default=100, help="evaluation episodes per trained policy")
+    m.add_argument("--threads", type=_positive, default=1, help="torch CPU threads per run")
     m.add_argument("--out", type=output_dir, default="out/quarl/mixed_precision", help="where summary.json goes")
     a = sub.add_parser(
         "atari-check",
@@ -148,8 +149,15 @@ def main(argv: list[str] | None = None) -> int:
 def _mixed_precision(args: argparse.Namespace) -> int:
     from quarl.mixed_precision import compare, summary, write_summary
 
-    runs = compare(args.env, args.algo.lower(), args.seeds, args.steps, args.dtype, args.device, args.episodes)
-    result = summary(runs) | {"env": args.env, "algo": args.algo.lower(), "device": args.device}
+    runs = compare(
+        args.env, args.algo.lower(), args.seeds, args.steps, args.dtype, args.device, args.episodes, args.threads
+    )
+    result = summary(runs) | {
+        "env": args.env,
+        "algo": args.algo.lower(),
+        "device": args.device,
+        "threads": args.threads,
+    }
     from quarl.machine import machine_record
 
     result["machine"] = machine_record()

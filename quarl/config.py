@@ -11,7 +11,8 @@
     algo = "ppo"
     steps = 100_000              # optional: the RL Zoo's budget otherwise (a smaller one is labelled)
 
-Unknown keys and bad values are errors naming the key (one line, exit 2).
+Unknown keys, values of the wrong type or out of range, and a cell without RL Zoo hyperparameters (an unknown
+env or algorithm, quarl.zoo) are errors naming the key or the cell (one line, exit 2), found at load time.
 """
 
 from __future__ import annotations
@@ -90,18 +91,43 @@ def env_slug(env_id: str) -> str:
     return env_id.replace("/", "-")
 
 
-SHARED_KEYS = {
-    "eval_episodes",
-    "eval_seed",
-    "ptq_targets",
-    "ptq_bits",
-    "qat_bits",
-    "qat_steps_fraction",
-    "qat_delay_fraction",
-    "rounding",
-    "calibration_episodes",
-    "threads",
+# The type each shared key's TOML value must have (a list's items for the tuples).
+SHARED_TYPES: dict[str, tuple[str, type | tuple[type, ...]]] = {
+    "eval_episodes": ("an integer", int),
+    "eval_seed": ("an integer", int),
+    "calibration_episodes": ("an integer", int),
+    "threads": ("an integer", int),
+    "qat_steps_fraction": ("a number", (int, float)),
+    "qat_delay_fraction": ("a number", (int, float)),
+    "rounding": ("a string", str),
+    "ptq_targets": ("a list of strings", str),
+    "ptq_bits": ("a list of integers", int),
+    "qat_bits": ("a list of integers", int),
 }
+SHARED_KEYS = set(SHARED_TYPES)  # the study-wide settings a config may give (TrialSpec's fields)
+
+
+def _check_types(shared: dict[str, Any], where: str) -> None:
+    """A value of the wrong type is a one-line error naming its key (never a TypeError from a comparison later)."""
+    for key, value in shared.items():
+        what, kind = SHARED_TYPES[key]
+        is_list = what.startswith("a list")
+        items = value if is_list and isinstance(value, list) else [value]
+        if is_list != isinstance(value, list) or not all(
+            isinstance(v, kind) and not isinstance(v, bool) for v in items
+        ):
+            raise QuarlError(f"{where}: {key!r} must be {what}, got {value!r}")
+
+
+def _check_cell(cell: Cell, where: str) -> None:
+    """The cell's env and algorithm must have RL Zoo hyperparameters (quarl.zoo): an unknown env fails here,
+    at load time, not in a trial after Ray has started."""
+    from quarl.zoo import zoo_entry  # SB3 and torch: only once the rest of the config is known good
+
+    try:
+        zoo_entry(cell.env_id, cell.algo)
+    except QuarlError as e:
+        raise QuarlError(f"{where}: {e}") from None
 
 
 def _check_trial(t: TrialSpec, where: str) -> None:
@@ -139,29 +165,31 @@ def parse_config(data: dict[str, Any], where: str = "config") -> StudyConfig:
     if len(set(seeds)) != len(seeds):
         raise QuarlError(f"{where}: 'seeds' has duplicates: {seeds}")
     shared = {k: data[k] for k in SHARED_KEYS if k in data}
-    try:
-        trial = TrialSpec.from_dict({"env_id": "", "algo": "ppo", "seed": 0, **shared})
-    except TypeError as e:
-        raise QuarlError(f"{where}: {e}") from None
+    _check_types(shared, where)
+    trial = TrialSpec.from_dict({"env_id": "", "algo": "ppo", "seed": 0, **shared})
     raw_cells = data.get("cell")
     if not isinstance(raw_cells, list) or not raw_cells:
         raise QuarlError(f"{where}: at least one [[cell]] with env and algo is needed")
     cells = []
     for i, c in enumerate(raw_cells):
         at = f"{where}: cell {i + 1}"
+        if not isinstance(c, dict):
+            raise QuarlError(f"{at}: a cell is a [[cell]] table with env and algo, got {c!r}")
         extra = sorted(set(c) - {"env", "algo", "steps"})
         if extra:
             raise QuarlError(f"{at}: unknown key(s) {extra} (known: env, algo, steps)")
         if not isinstance(c.get("env"), str) or not isinstance(c.get("algo"), str):
             raise QuarlError(f"{at}: 'env' and 'algo' must be strings")
         steps = c.get("steps")
-        if steps is not None and not isinstance(steps, int):
+        if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)):
             raise QuarlError(f"{at}: 'steps' must be an integer, got {steps!r}")
         cell = Cell(c["env"], c["algo"].lower(), steps)
         _check_trial(replace(trial, env_id=cell.env_id, algo=cell.algo, steps=steps), at)
         cells.append(cell)
     if len({(c.env_id, c.algo) for c in cells}) != len(cells):
         raise QuarlError(f"{where}: a cell (env, algo) appears twice")
+    for i, cell in enumerate(cells):
+        _check_cell(cell, f"{where}: cell {i + 1}")
     return StudyConfig(name, tuple(cells), tuple(seeds), trial)
 
 

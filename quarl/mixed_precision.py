@@ -7,9 +7,12 @@ what is accelerated. fp16 is not offered: SB3 steps its optimizers without loss 
 underflow without it; bf16 has fp32's exponent range and needs none.
 
 Runs alternate the order per seed (seed 0: fp32 first; seed 1: reduced first...), so slow drift of a shared
-machine falls on both; ratios compare runs of the same seed. Reported per run: the time inside gradient
-updates, the whole training wall time, and the final policy's mean return on the study's seeded episodes
-(fp32 inference of the trained weights).
+machine falls on both; ratios compare runs of the same seed. Torch uses ``threads`` CPU threads (``--threads``;
+1 by default, as a study's trials): with more threads than free cores, OpenMP's waiting threads swamp the timing
+(a 1k-step CartPole PPO run took 40 times longer on 2 threads of a busy 2-core machine than on 1).
+
+Reported per run: the time inside gradient updates, the whole training wall time, and the final policy's mean
+return on the study's seeded episodes (fp32 inference of the trained weights).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def device_and_dtype(dtype: str, device: str):
 
 
 def train_once(
-    env_id: str, algo: str, seed: int, steps: int, dtype: str, device: str, episodes: int
+    env_id: str, algo: str, seed: int, steps: int, dtype: str, device: str, episodes: int, threads: int = 1
 ) -> tuple[float, float, list[float]]:
     import torch
 
@@ -70,7 +73,7 @@ def train_once(
     entry = zoo_entry(env_id, algo)
     torch.manual_seed(seed)
     venv = make_train_env(entry, seed)
-    model = make_model(entry, venv, seed, threads=torch.get_num_threads())
+    model = make_model(entry, venv, seed, threads=threads)
     if device != "cpu":
         model.policy.to(device)
         model.device = torch.device(device)
@@ -104,9 +107,18 @@ def train_once(
 
 
 def compare(
-    env_id: str, algo: str, seeds: list[int], steps: int, dtype: str = "bf16", device: str = "cpu", episodes: int = 50
+    env_id: str,
+    algo: str,
+    seeds: list[int],
+    steps: int,
+    dtype: str = "bf16",
+    device: str = "cpu",
+    episodes: int = 50,
+    threads: int = 1,
 ) -> list[PrecisionRun]:
     device_and_dtype(dtype, device)  # a bad dtype or a missing GPU fails before any training
+    if threads < 1:
+        raise QuarlError(f"threads must be >= 1, got {threads}")
     runs = []
     for k, seed in enumerate(seeds):
         order = ["fp32", dtype] if k % 2 == 0 else [dtype, "fp32"]
@@ -114,7 +126,7 @@ def compare(
             print(
                 f"  seed {seed}: training {algo.upper()} on {env_id} for {steps:,} steps in {d} ({device})", flush=True
             )
-            update_s, train_s, returns = train_once(env_id, algo, seed, steps, d, device, episodes)
+            update_s, train_s, returns = train_once(env_id, algo, seed, steps, d, device, episodes, threads)
             runs.append(
                 PrecisionRun(
                     seed,

@@ -281,12 +281,21 @@ class Trial:
         from quarl.machine import machine_record
         from quarl.published import baseline_gate
 
+        # the gate first: a cell without a published score fails before its training, not after every stage;
+        # MinAtar's random-policy gate plays the trial's own protocol (its episodes, seeds and step cap)
+        protocol = self.protocol
+        published, source, threshold = baseline_gate(
+            self.spec.env_id,
+            self.spec.algo,
+            episodes=protocol.episodes,
+            seed=protocol.seed,
+            max_steps=protocol.max_steps,
+        )
         info = self.train()
         policies = self.onnx_stage()
         policies += [self.ptq_stage(b) for b in self.spec.ptq_bits]
         policies += [self.qat_stage(b) for b in self.spec.qat_bits]
         fp32 = next(p for p in policies if p.name == "fp32")
-        published, source, threshold = baseline_gate(self.spec.env_id, self.spec.algo)
         baseline = Baseline(published, source, threshold, fp32.mean >= threshold)
         result = TrialResult(
             self.spec.env_id, self.spec.algo, self.spec.seed, info, self.protocol, baseline, policies, machine_record()

@@ -15,7 +15,7 @@ quantization numbers to count (``quarl.results.Baseline``):
 
 1. gymnasium's ``reward_threshold`` where the env has one and the zoo's own published agent for this
    algorithm reaches it (CartPole-v1 475, MountainCar-v0 -110 for DQN, MountainCarContinuous-v0 90 for
-   A2C/DDPG/TD3, BipedalWalker-v3 300 for TD3);
+   A2C/DDPG/TD3/SAC, BipedalWalker-v3 300 for TD3);
 2. otherwise ``GATE_FRACTION`` of the zoo's score: ``published - (1 - GATE_FRACTION) * |published|``
    (80% of a positive score; a negative score made 20% worse), also where gymnasium's threshold is above
    what the zoo's agent reached (MountainCar-v0 A2C -111.3 and PPO -110.4 < -110; BipedalWalker-v3 A2C,
@@ -111,12 +111,15 @@ ZOO_SCORES: dict[str, dict[str, tuple[float, int]]] = {
         "ppo": (88.3, 20_000),
         "ddpg": (93.5, 300_000),
         "td3": (93.5, 300_000),
+        "sac": (94.7, 50_000),
     },
+    "Pendulum-v1": {"ddpg": (-152.1, 20_000), "td3": (-151.9, 20_000)},
     "HalfCheetahBulletEnv-v0": {
         "a2c": (2107, 2_000_000),
         "ppo": (2925, 2_000_000),
         "ddpg": (2078, 1_000_000),
         "td3": (2822, 1_000_000),
+        "sac": (2792, 1_000_000),
     },
     "Walker2DBulletEnv-v0": {
         "a2c": (858, 2_000_000),

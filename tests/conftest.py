@@ -64,6 +64,7 @@ for _path in (
     "tests/actorq/test_actorq_weights.py",
     "tests/actorq/test_actorq_holder.py",
     "tests/quarl/test_study_toy.py",
+    "tests/quarl/test_pipeline.py",  # one CartPole trial, trained once, that five of its tests read
 ):
     GROUPS[_path] = (_path,)
 # Tests (all parametrizations of one test function, ``path::name``) that share a module-scoped fixture
@@ -88,6 +89,8 @@ SLOW: dict[str, float] = {
     "policies-tiny-run": 110,
     "quantize-bc-actor": 90,
     "tests/reliability/test_fuzz_bridge.py": 35,
+    "tests/quarl/test_atari_check.py::test_atari_check_quantizes_every_conv_and_its_agreement_is_reproducible": 35,
+    "tests/quarl/test_pipeline.py": 30,
     "netns": 40,
     "tests/reliability/test_run_claims_and_resume.py::test_resume_adds_up_every_session_and_keeps_finished_policies": 55,
     "tests/reliability/test_kill_and_resume.py::test_interrupted_run_leaves_a_valid_log_and_resumes": 35,

@@ -39,10 +39,10 @@ steps = 1000
 
 [[cell]]
 env = "Pendulum-v1"
-algo = "sac"
+algo = "td3"
 steps = 500
 """
-NAMES = ["CartPole-v1_ppo_s0", "CartPole-v1_ppo_s1", "Pendulum-v1_sac_s0", "Pendulum-v1_sac_s1"]
+NAMES = ["CartPole-v1_ppo_s0", "CartPole-v1_ppo_s1", "Pendulum-v1_td3_s0", "Pendulum-v1_td3_s1"]
 FAILING = "CartPole-v1_ppo_s1"
 
 
@@ -154,14 +154,14 @@ def _error(args: list[str], env: dict[str, str] | None = None) -> str:
 
 
 def test_dry_run_prints_the_trials_and_their_cost_without_running_any(tmp_path):
-    config = _config(tmp_path, CONFIG.replace("steps = 500", ""))  # the sac cell on the zoo's budget
+    config = _config(tmp_path, CONFIG.replace("steps = 500", ""))  # the td3 cell on the zoo's budget
     out = tmp_path / "study"
     done = _quarl(["run", str(config), "--dry-run", "--out", str(out)])
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()[0] in NAMES}
     assert sorted(rows) == NAMES
     assert rows["CartPole-v1_ppo_s0"][1:3] == ["1,000", "1,500"] and rows["CartPole-v1_ppo_s0"][-1] == "new"
-    assert rows["Pendulum-v1_sac_s0"][1] == "zoo"  # 6 QAT widths x 0.25 x 1,000 above; the zoo's: unknown here
+    assert rows["Pendulum-v1_td3_s0"][1] == "zoo"  # 6 QAT widths x 0.25 x 1,000 above; the zoo's: unknown here
     assert "2 trials use the RL Zoo's budget" in done.stdout and "local, " in done.stdout
     assert not out.exists()  # nothing written, no Ray started
 
