@@ -161,8 +161,9 @@ def test_dry_run_prints_the_trials_and_their_cost_without_running_any(tmp_path):
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.split()[0] in NAMES}
     assert sorted(rows) == NAMES
     assert rows["CartPole-v1_ppo_s0"][1:3] == ["1,000", "1,500"] and rows["CartPole-v1_ppo_s0"][-1] == "new"
-    assert rows["Pendulum-v1_td3_s0"][1] == "zoo"  # 6 QAT widths x 0.25 x 1,000 above; the zoo's: unknown here
-    assert "2 trials use the RL Zoo's budget" in done.stdout and "local, " in done.stdout
+    # the zoo's budget resolved (Pendulum TD3: 20,000), QAT 6 widths x 0.25 of it, a cost from the measured rate
+    assert rows["Pendulum-v1_td3_s0"][1:3] == ["20,000", "30,000"] and rows["Pendulum-v1_td3_s0"][4] != "?"
+    assert "estimate for the 4 trials to run:" in done.stdout and "local, " in done.stdout
     assert not out.exists()  # nothing written, no Ray started
 
 
