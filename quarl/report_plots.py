@@ -1,0 +1,119 @@
+"""The figures of ``python -m quarl report`` (quarl.report), as PNG bytes: reward vs bits per cell (Figure 1,
+``quantize.sweep.plot``), the weight histograms and SQNR per layer (Figures 2-3, ``quantize.analyze.plot``)
+and the weight ranges beside the int8 error of every cell."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+
+from quarl.config import env_slug
+from quarl.report_records import WEIGHT_BITS, CellReport, CellWidth, algo_order
+
+
+def env_label(env_id: str) -> str:
+    """The env as shown in titles: MinAtar ids already say MinAtar ("MinAtar/Breakout-v1")."""
+    return env_id
+
+
+def reward_vs_bits_png(cell: CellReport) -> bytes | None:
+    from quantize.sweep import plot
+
+    if not cell.ptq and not cell.qat:
+        return None
+    fp32 = cell.rewards["fp32"]
+    ref = {"mean": fp32.mean, "ci95": fp32.interval}
+    cells: dict[tuple[str, int], dict[str, Any]] = {}
+    for method, sweep in (("ptq", cell.ptq), ("qat", cell.qat)):
+        for b, s in sweep.items():
+            cells[(method, b)] = {"mean": s.mean, "ci95": s.interval}
+    bits = sorted({b for _, b in cells})
+    n = len(cell.used_seeds)
+    status = "" if cell.counted else " [baseline failed]"
+    return plot(
+        ref,
+        cells,
+        bits,
+        ["ptq", "qat"],
+        f"{env_label(cell.env_id)} {cell.algo.upper()} ({n} seed{'s' if n != 1 else ''}){status}",
+        value="mean",
+        interval="ci95",
+        scale=1.0,
+        ylabel="mean episode return",
+        ylim=None,
+        xlabel="bits (weights and activations, the seed's affine quantizer)",
+        what="mean return",
+        labels={"ptq": "PTQ (bars: 95% t over seeds)", "qat": "QAT (bars: 95% t over seeds)"},
+        ref_label="fp32 (band: 95% t over seeds)",
+    )
+
+
+def weights_pngs(width: CellWidth, layers: list[tuple[str, np.ndarray]], rows: list[dict]) -> tuple[bytes, bytes]:
+    from quantize.analyze import plot
+
+    status = "" if width.counted else " [baseline failed]"
+    title = f"{env_label(width.env_id)} {width.algo.upper()} fp32, seed {width.figure_seed}{status}"
+    return plot(layers, WEIGHT_BITS, rows, title)
+
+
+def weight_widths_png(widths: list[CellWidth]) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({w.env_id for w in widths})
+    algos = sorted({w.algo for w in widths}, key=algo_order)
+    colors = {algo: plt.get_cmap("tab10")(i) for i, algo in enumerate(algos)}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / max(1, len(algos))
+    for i, algo in enumerate(algos):
+        xs, ys, errs, hatches = [], [], [], []
+        for j, env in enumerate(envs):
+            w = next((w for w in widths if w.env_id == env and w.algo == algo), None)
+            if w is None:
+                continue
+            xs.append(j + (i - (len(algos) - 1) / 2) * width)
+            ys.append(w.widest_range.mean)
+            errs.append(0.0 if math.isnan(w.widest_range.std) else w.widest_range.std)
+            hatches.append("" if w.counted else "//")
+        bars = ax1.bar(xs, ys, width, yerr=errs, capsize=3, color=colors[algo], label=algo.upper())
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)
+    ax1.set_xticks(range(len(envs)))
+    ax1.set_xticklabels(envs, rotation=20, ha="right", fontsize=8)
+    ax1.set_ylabel("widest layer range max(W) - min(W)")
+    ax1.set_title("weight range per algorithm (mean ± sd over seeds; hatched: baseline failed)", fontsize=9)
+    ax1.legend(fontsize=8)
+    ax1.grid(axis="y", alpha=0.3)
+    for w in widths:
+        if math.isnan(w.int8_error) or math.isinf(w.int8_error):
+            continue
+        marker = "o" if w.counted else "x"
+        ax2.scatter(w.widest_range.mean, w.int8_error, color=colors[w.algo], marker=marker, s=40)
+        ax2.annotate(
+            f"{env_slug(w.env_id)} {w.algo.upper()}", (w.widest_range.mean, w.int8_error), fontsize=7, alpha=0.8
+        )
+    for algo in algos:
+        ax2.scatter([], [], color=colors[algo], label=algo.upper())
+    ax2.axhline(0, color="gray", lw=0.8)
+    ax2.set_xlabel("widest layer range max(W) - min(W)")
+    ax2.set_ylabel("int8 (static) error vs fp32 (%)")
+    ax2.set_title("int8 error vs weight range (x: baseline failed)", fontsize=9)
+    ax2.legend(fontsize=8)
+    ax2.grid(alpha=0.3)
+    fig.suptitle("Weight ranges and int8 error per cell (seed's claim: widest weights quantize worst)", fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def figure_png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
