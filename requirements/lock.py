@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import sysconfig
 from importlib.metadata import distributions
 from pathlib import Path
 
@@ -39,9 +40,12 @@ def public(version: str) -> str:
 
 
 def installed() -> dict[str, tuple[str, str]]:
-    """{canonical name: (name, version)} of every distribution the running interpreter sees, but airq."""
+    """{canonical name: (name, version)} of every distribution installed in the interpreter's site-packages, but
+    airq. Only there: Ray puts its vendored copies (psutil, colorama in ray/thirdparty_files) on sys.path when it
+    is imported; they come with Ray's version, not as installs of their own."""
     out: dict[str, tuple[str, str]] = {}
-    for dist in distributions():
+    paths = sysconfig.get_paths()
+    for dist in distributions(path=sorted({paths["purelib"], paths["platlib"]})):
         name = dist.metadata["Name"]
         if not name or canonical(name) == PROJECT:
             continue

@@ -134,3 +134,16 @@ def test_quantize_card_has_versions(tmp_path):
     text = build_card(model, [], None, None)
     section = text.split("## Versions", 1)[1]
     assert f"onnxruntime {version('onnxruntime')}" in section and f"torch {version('torch')}" in section
+
+
+def test_vendored_copies_on_sys_path_are_not_installs(lock):
+    # Ray puts ray/thirdparty_files (its own psutil, colorama) on sys.path when imported: not installs of their own
+    code = (
+        "import importlib.util, json, sys; import ray; "
+        f"spec = importlib.util.spec_from_file_location('l', {str(REPO / 'requirements' / 'lock.py')!r}); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(json.dumps(sorted(m.installed())))"
+    )
+    after_ray = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
+    assert after_ray == sorted(lock.installed())
