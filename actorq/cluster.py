@@ -21,6 +21,9 @@ def require_ray():
     # imported: it reads the mode then), a driver joining a `ray start` cluster gets in, and a local start does not
     # warn that the default is in force.
     os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # Ray runs its workers at niceness 15 by default; here they do the run's work (trials, learner, actors), so
+    # they get the CPU like the driver does (RayConfig reads RAY_<name> when Ray starts)
+    os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         import ray
     except ImportError:

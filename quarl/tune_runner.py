@@ -80,6 +80,9 @@ def require_ray() -> Any:
     # Ray 2.60 clusters authenticate drivers by token (~/.ray/auth_token); set before Ray is imported, as
     # actorq.cluster does (copied: quarl may not import actorq).
     os.environ.setdefault("RAY_AUTH_MODE", "token")
+    # Ray runs its workers at niceness 15 by default; here they do the run's work (trials, learner, actors), so
+    # they get the CPU like the driver does (RayConfig reads RAY_<name> when Ray starts)
+    os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         import ray
         import ray.tune  # noqa: F401 - the [tune] part of the extra

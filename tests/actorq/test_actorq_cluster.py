@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=f"Ray cluster test: {
 SCRIPT = """
 set -eu
 ip link set lo up
-export RAY_AUTH_MODE=token RAY_DISABLE_USAGE_STATS=1 PYTHONPATH="$REPO"
+export RAY_AUTH_MODE=token RAY_DISABLE_USAGE_STATS=1 RAY_worker_niceness=0 PYTHONPATH="$REPO"
 # head: the driver's node, 2 CPUs for the learner; worker: 3 CPUs and the resource the actors ask for
 "$RAY" start --head --node-ip-address=127.0.0.1 --port=6390 --num-cpus=2 --include-dashboard=false \
   --temp-dir="$RAYTMP" > "$TMP/head.log" 2>&1
