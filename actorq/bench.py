@@ -39,6 +39,7 @@ class RunRow:
     precision: str
     order: int  # position in the benchmark (0 = first run)
     final_score: float | None
+    mean_eval_score: float | None  # mean over the run's evaluations: the learning curve's area, less noisy than its end
     reached_steps: int | None  # first evaluation at or above the threshold
     reached_s: float | None  # its training wall time (evaluations excluded)
     rates: dict
@@ -57,15 +58,18 @@ class BenchResult:
     runs: list[RunRow]
     ratios: dict  # int8 / fp32 per seed, then medians
     final_score_difference: dict  # int8 - fp32, mean and 95% paired t interval
+    mean_eval_score_difference: dict  # the same for the mean over each run's evaluations
 
 
 def _row(seed: int, precision: str, order: int, report: TrainReport, out: Path) -> RunRow:
     first = report.reached["first"]
+    scores = [e["score"] for e in report.state.get("evaluations", [])]
     return RunRow(
         seed,
         precision,
         order,
         report.final.get("score"),
+        float(np.mean(scores)) if scores else None,
         None if first is None else first["env_steps"],
         None if first is None else first["seconds_training"],
         report.rates,
@@ -113,11 +117,11 @@ def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
             per_seed.append(None if not a or not b else a / b)
         shown = [x for x in per_seed if x is not None]
         ratios[name] = {"per_seed": per_seed, "median": float(np.median(shown)) if shown else None}
-    diffs = [
-        by[(s, "int8")].final_score - by[(s, "fp32")].final_score  # type: ignore[operator]
-        for s in seeds
-        if by[(s, "int8")].final_score is not None and by[(s, "fp32")].final_score is not None
-    ]
+
+    def differences(score: str) -> list[float]:
+        pairs = [(getattr(by[(s, "int8")], score), getattr(by[(s, "fp32")], score)) for s in seeds]
+        return [a - b for a, b in pairs if a is not None and b is not None]
+
     return BenchResult(
         command="python -m actorq.bench " + " ".join(sys.argv[1:]),
         task=base.task,
@@ -125,7 +129,8 @@ def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
         machine=_machine(),
         runs=rows,
         ratios=ratios,
-        final_score_difference=paired_interval(diffs),
+        final_score_difference=paired_interval(differences("final_score")),
+        mean_eval_score_difference=paired_interval(differences("mean_eval_score")),
     )
 
 
@@ -154,10 +159,13 @@ def report_lines(result: BenchResult) -> list[str]:
     for name, ratio in result.ratios.items():
         if ratio["median"] is not None:
             lines.append(f"int8 / fp32 {name}: median {ratio['median']:.2f}x (per seed {ratio['per_seed']})")
-    d = result.final_score_difference
-    if d["mean"] is not None:
-        ci = "" if d["ci95"] is None else f", 95% paired t interval {d['ci95'][0]:.4g}..{d['ci95'][1]:.4g}"
-        lines.append(f"final score int8 - fp32: mean {d['mean']:.4g} over {d['n']} seeds{ci}")
+    for what, d in (
+        ("final score", result.final_score_difference),
+        ("mean score over the evaluations", result.mean_eval_score_difference),
+    ):
+        if d["mean"] is not None:
+            ci = "" if d["ci95"] is None else f", 95% paired t interval {d['ci95'][0]:.4g}..{d['ci95'][1]:.4g}"
+            lines.append(f"{what} int8 - fp32: mean {d['mean']:.4g} over {d['n']} seeds{ci}")
     return lines
 
 
