@@ -42,6 +42,8 @@ class AtariCheck:
     latency_p50_us: dict[str, float]
     speedup_vs_fp32: dict[str, float]
     agreement_vs_fp32: dict[str, float]  # share of held-out frames where the file picks fp32's action
+    fp32_distinct_actions: int  # how many different actions fp32 picks on those frames (1: agreement says little)
+    logits_sqnr_db: dict[str, float]  # fp32 logits against the file's on those frames: 10 log10(|ref|^2 / |ref - q|^2)
     machine: dict
 
 
@@ -114,12 +116,29 @@ def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: 
         {k: round(rows[k].p50_us, 1) for k in files},
         {k: round(rows["fp32"].p50_us / rows[k].p50_us, 2) for k in files if k != "fp32"},
         agreement,
+        int(len(np.unique(reference))),
+        {
+            k: round(_sqnr_db(_logits(files["fp32"], heldout), _logits(p, heldout)), 1)
+            for k, p in files.items()
+            if k != "fp32"
+        },
         machine_record(),
     )
     from airq_cli import write_json
 
     write_json(out / "atari_check.json", asdict(check))
     return check
+
+
+def _logits(path: Path, obs: np.ndarray) -> np.ndarray:
+    from quantize.runtime import session
+
+    return session(path.read_bytes()).run(["logits"], {"obs": obs})[0]
+
+
+def _sqnr_db(reference: np.ndarray, quantized: np.ndarray) -> float:
+    noise = float(np.sum((reference - quantized) ** 2))
+    return float("inf") if noise == 0 else 10.0 * np.log10(float(np.sum(reference**2)) / noise)
 
 
 def _graph(path: Path):
@@ -138,7 +157,11 @@ def format_check(c: AtariCheck) -> str:
         lines.append(
             f"{k:<13} {c.bytes[k] / c.bytes['fp32']:.2f}x the fp32 size, batch-1 p50 {c.latency_p50_us[k]:.0f} us "
             f"vs fp32 {c.latency_p50_us['fp32']:.0f} us ({c.speedup_vs_fp32[k]:.2f}x), action agreement "
-            f"{c.agreement_vs_fp32[k]:.1%} on {c.frames_heldout} held-out frames"
+            f"{c.agreement_vs_fp32[k]:.1%} on {c.frames_heldout} held-out frames, logits SQNR {c.logits_sqnr_db[k]:.1f} dB"
         )
+    lines.append(
+        f"fp32 picks {c.fp32_distinct_actions} different action(s) on the held-out frames"
+        + (" (a toy agent: agreement says little)" if c.fp32_distinct_actions == 1 else "")
+    )
     lines.append(f"machine: {c.machine.get('cpu')} ({c.machine.get('int8_instructions')})")
     return "\n".join(lines)

@@ -61,6 +61,8 @@ def test_atari_check_quantizes_every_conv_and_its_agreement_is_reproducible(tmp_
         agreement = check["agreement_vs_fp32"][name]
         assert 0.0 <= agreement <= 1.0
         assert agreement == float(np.mean(onnx_policy(files[name])(heldout) == reference)), name
+        assert check["fp32_distinct_actions"] == len(np.unique(reference))
+        assert 15.0 < check["logits_sqnr_db"][name] < 120.0, name  # int8 tracks fp32's logits, not exactly
     assert check["machine"]["int8_instructions"] and check["machine"]["cpu"]
 
 
