@@ -31,6 +31,11 @@ def reward_vs_bits_png(cell: CellReport) -> bytes | None:
         for b, s in sweep.items():
             cells[(method, b)] = {"mean": s.mean, "ci95": s.interval}
     bits = sorted({b for _, b in cells})
+    # With 2-3 seeds a t interval can span many times the task's whole score range (t = 12.7 with one degree of
+    # freedom): the axes follow the means, and the bars are cut at them.
+    means = [fp32.mean] + [c["mean"] for c in cells.values()]
+    lo, hi = min(means), max(means)
+    pad = 0.1 * (hi - lo) if hi > lo else max(1.0, 0.1 * abs(hi))
     n = len(cell.used_seeds)
     status = "" if cell.counted else " [baseline failed]"
     return plot(
@@ -43,10 +48,13 @@ def reward_vs_bits_png(cell: CellReport) -> bytes | None:
         interval="ci95",
         scale=1.0,
         ylabel="mean episode return",
-        ylim=None,
+        ylim=(lo - pad, hi + pad),
         xlabel="bits (weights and activations, the seed's affine quantizer)",
         what="mean return",
-        labels={"ptq": "PTQ (bars: 95% t over seeds)", "qat": "QAT (bars: 95% t over seeds)"},
+        labels={
+            "ptq": "PTQ (bars: 95% t over seeds, cut at the axes)",
+            "qat": "QAT (bars: 95% t over seeds, cut at the axes)",
+        },
         ref_label="fp32 (band: 95% t over seeds)",
     )
 
