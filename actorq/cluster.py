@@ -6,24 +6,17 @@ learner, broadcaster and rollout worker are plain classes that Ray runs in their
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from actorq.errors import ActorQError
-from airq_cli.network import check_ray_head
+from airq_cli.network import check_ray_head, ray_environment
 
 INSTALL_HINT = "pip install 'airq[distributed]' (Ray, pinned in requirements/lock.txt)"
 
 
 def require_ray():
-    # Since Ray 2.60 clusters authenticate drivers by token (~/.ray/auth_token). Said explicitly (and before Ray is
-    # imported: it reads the mode then), a driver joining a `ray start` cluster gets in, and a local start does not
-    # warn that the default is in force.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    # Ray runs its workers at niceness 15 by default; here they do the run's work (trials, learner, actors), so
-    # they get the CPU like the driver does (RayConfig reads RAY_<name> when Ray starts)
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray_environment()  # before Ray is imported: a driver joining a `ray start` cluster gets in
     try:
         import ray
     except ImportError:

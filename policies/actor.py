@@ -45,8 +45,9 @@ def actor_from_model(model) -> DiscreteActor:
     return actor.eval()
 
 
-def torch_policy_fn(actor: DiscreteActor):
-    """A batch policy for nav_env.rollout.run_episodes: deterministic (argmax) actions."""
+def torch_policy_fn(actor: nn.Module):
+    """A batch policy for nav_env.rollout.run_episodes: the action output of an actor returning (action, logits)
+    (a DiscreteActor, quantize's fake-quant actors, quarl's DeployedActor)."""
 
     @torch.no_grad()
     def act(obs: np.ndarray) -> np.ndarray:

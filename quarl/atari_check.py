@@ -73,7 +73,9 @@ def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: 
         raise QuarlError(f"{env_id} is not an Atari env (<Game>NoFrameskip-v4)")
     if steps < 1 or frames < 20:
         raise QuarlError(f"need --steps >= 1 and --frames >= 20, got {steps} and {frames}")
+    from quantize.affine import sqnr_db
     from quantize.bench import bench
+    from quantize.runtime import run_logits, session
     from quarl.actor import actor_from_model
     from quarl.export import export_actor, quantize_files
     from quarl.machine import machine_record
@@ -101,6 +103,10 @@ def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: 
     print("timing batch-1 inference, interleaved", flush=True)
     rows = {r.precision: r for r in bench([str(p) for p in files.values()], calls=200, block=20, warmup=20)}
     reference = onnx_policy(fp32)(heldout)
+
+    def logits(path: Path) -> np.ndarray:
+        return run_logits(session(path.read_bytes()), heldout)[1]
+
     agreement = {k: float(np.mean(onnx_policy(p)(heldout) == reference)) for k, p in files.items() if k != "fp32"}
     check = AtariCheck(
         env_id,
@@ -117,28 +123,13 @@ def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: 
         {k: round(rows["fp32"].p50_us / rows[k].p50_us, 2) for k in files if k != "fp32"},
         agreement,
         int(len(np.unique(reference))),
-        {
-            k: round(_sqnr_db(_logits(files["fp32"], heldout), _logits(p, heldout)), 1)
-            for k, p in files.items()
-            if k != "fp32"
-        },
+        {k: round(sqnr_db(logits(files["fp32"]), logits(p)), 1) for k, p in files.items() if k != "fp32"},
         machine_record(),
     )
     from airq_cli import write_json
 
     write_json(out / "atari_check.json", asdict(check))
     return check
-
-
-def _logits(path: Path, obs: np.ndarray) -> np.ndarray:
-    from quantize.runtime import session
-
-    return session(path.read_bytes()).run(["logits"], {"obs": obs})[0]
-
-
-def _sqnr_db(reference: np.ndarray, quantized: np.ndarray) -> float:
-    noise = float(np.sum((reference - quantized) ** 2))
-    return float("inf") if noise == 0 else 10.0 * np.log10(float(np.sum(reference**2)) / noise)
 
 
 def _graph(path: Path):

@@ -18,6 +18,13 @@ from quarl.tasks import EpisodeEnv, PolicyFn
 BATCH = 100  # envs alive at once
 
 
+def evaluation_protocol(env_id: str, episodes: int, seed: int) -> EvalProtocol:
+    """``episodes`` episodes from ``seed``, capped where the env has no time limit of its own (MinAtar)."""
+    from quarl.tasks import MINATAR_MAX_STEPS, task_family
+
+    return EvalProtocol(episodes, seed, MINATAR_MAX_STEPS if task_family(env_id) == "minatar" else None)
+
+
 def episode_returns(
     policy: PolicyFn, make: Callable[[], EpisodeEnv], protocol: EvalProtocol, observe: Callable | None = None
 ) -> list[float]:

@@ -65,7 +65,7 @@ def materialize_shared_initializers(model: onnx.ModelProto) -> None:
 
 def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, ...], out_dir: Path) -> dict:
     """{target: (path, seconds to build)} for fp16, static int8 and dynamic int8."""
-    from quantize.model_io import load_policy, save_atomic
+    from quantize.model_io import load_policy, save_atomic, set_metadata
     from quantize.options import StaticInt8Options
     from quantize.ptq import convert_fp16, quantize_dynamic_int8, quantize_static_int8
 
@@ -82,11 +82,7 @@ def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, 
             model = quantize_dynamic_int8(src, keep_last_layer_fp32=False)  # the seed: every layer's weights
         else:
             raise QuarlError(f"unknown PTQ target {target!r}")
-        meta = {p.key: p.value for p in src.model.metadata_props} | {"airq.precision": target}
-        del model.metadata_props[:]
-        for k, v in meta.items():
-            entry = model.metadata_props.add()
-            entry.key, entry.value = k, v
+        set_metadata(model, src.metadata | {"airq.precision": target})
         path = save_atomic(model, out_dir / f"{target}.onnx")
         built[target] = (path, time.perf_counter() - t0)
     return built

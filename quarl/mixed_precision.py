@@ -62,11 +62,10 @@ def train_once(
 ) -> tuple[float, float, list[float]]:
     import torch
 
+    from policies.actor import torch_policy_fn
     from quarl.actor import actor_from_model
-    from quarl.evaluate import episode_returns
-    from quarl.pipeline import torch_policy
-    from quarl.results import EvalProtocol
-    from quarl.tasks import MINATAR_MAX_STEPS, EpisodeEnv, make_train_env, task_family
+    from quarl.evaluate import episode_returns, evaluation_protocol
+    from quarl.tasks import EpisodeEnv, make_train_env
     from quarl.zoo import make_model, zoo_entry
 
     autocast_dtype = device_and_dtype(dtype, device)
@@ -98,9 +97,10 @@ def train_once(
     model.policy.to("cpu")
     vec_normalize = venv if entry.normalize is not None else None
     actor = actor_from_model(model, vec_normalize)
-    cap = MINATAR_MAX_STEPS if task_family(env_id) == "minatar" else None
     returns = episode_returns(
-        torch_policy(actor), lambda: EpisodeEnv(env_id, entry.frame_stack), EvalProtocol(episodes, EVAL_SEED, cap)
+        torch_policy_fn(actor),
+        lambda: EpisodeEnv(env_id, entry.frame_stack),
+        evaluation_protocol(env_id, episodes, EVAL_SEED),
     )
     venv.close()
     return spent[0], train_s, [float(r) for r in returns]

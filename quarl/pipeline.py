@@ -65,31 +65,16 @@ class Stages:
 
 
 def protocol_of(spec: TrialSpec) -> EvalProtocol:
-    from quarl.tasks import MINATAR_MAX_STEPS, task_family
+    from quarl.evaluate import evaluation_protocol
 
-    cap = MINATAR_MAX_STEPS if task_family(spec.env_id) == "minatar" else None
-    return EvalProtocol(spec.eval_episodes, spec.eval_seed, cap)
+    return evaluation_protocol(spec.env_id, spec.eval_episodes, spec.eval_seed)
 
 
 def onnx_policy(path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    from quantize.runtime import session
+    """The file's own ``action`` output for a batch of observations (one onnxruntime thread)."""
+    from quantize.runtime import policy_fn, session
 
-    sess = session(path.read_bytes(), threads=1)
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        return sess.run(["action"], {"obs": obs.astype(np.float32)})[0]
-
-    return act
-
-
-def torch_policy(actor) -> Callable[[np.ndarray], np.ndarray]:
-    import torch
-
-    @torch.no_grad()
-    def act(obs: np.ndarray) -> np.ndarray:
-        return actor(torch.as_tensor(obs, dtype=torch.float32))[0].numpy()
-
-    return act
+    return policy_fn(session(path.read_bytes(), threads=1))
 
 
 class Trial:
@@ -193,6 +178,7 @@ class Trial:
         done = self.stages.done(name)
         if done is not None:
             return PolicyEval(**done)
+        from policies.actor import torch_policy_fn
         from quarl.actor import actor_from_model, fake_quant_copy
 
         model, vec_normalize = self.load_model()
@@ -201,7 +187,7 @@ class Trial:
         actor = fake_quant_copy(actor_from_model(model, vec_normalize), bits, self.spec.rounding, calib)
         seconds = time.perf_counter() - t0
         result = PolicyEval(
-            name, PTQ, f"{bits}bit", bits, self.evaluate(torch_policy(actor)), self.spec.rounding, round(seconds, 2)
+            name, PTQ, f"{bits}bit", bits, self.evaluate(torch_policy_fn(actor)), self.spec.rounding, round(seconds, 2)
         )
         self.stages.record(name, asdict(result))
         log(f"{self.spec.name}: {name:<12} mean return {result.mean:9.2f}")
@@ -215,6 +201,7 @@ class Trial:
         import torch
         from stable_baselines3.common.callbacks import BaseCallback
 
+        from policies.actor import torch_policy_fn
         from quantize.fakequant import freeze_and_quantize
         from quarl.actor import actor_from_model, insert_into_model
 
@@ -268,7 +255,7 @@ class Trial:
             QAT,
             f"{bits}bit",
             bits,
-            self.evaluate(torch_policy(actor)),
+            self.evaluate(torch_policy_fn(actor)),
             self.spec.rounding,
             round(seconds, 2),
             detail,

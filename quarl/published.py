@@ -259,11 +259,9 @@ def random_policy_returns(env_id: str, episodes: int, seed: int, max_steps: int 
     import gymnasium as gym
     import numpy as np
 
-    if is_minatar(env_id):
-        import minatar.gym
+    from quarl.tasks import register_families
 
-        if env_id not in gym.registry:
-            minatar.gym.register_envs()
+    register_families(env_id)
     try:
         env = gym.make(env_id, max_episode_steps=max_steps) if max_steps else gym.make(env_id)
     except gym.error.Error as e:

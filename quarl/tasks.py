@@ -156,8 +156,4 @@ class EpisodeEnv:
         self.env.close()
 
 
-def evaluation_envs(env_id: str, frame_stack: int | None, count: int) -> list[EpisodeEnv]:
-    return [EpisodeEnv(env_id, frame_stack) for _ in range(count)]
-
-
 PolicyFn = Callable[[np.ndarray], np.ndarray]  # a batch of flat observations -> a batch of actions

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_output_dir, json_text, write_json
-from airq_cli.network import check_ray_head
+from airq_cli.network import check_ray_head, ray_environment
 from quarl.config import StudyConfig, TrialSpec
 from quarl.errors import QuarlError
 
@@ -77,12 +77,7 @@ MEASURED_STEPS_PER_S: dict[str, dict[str, float]] = {
 # ------------------------------------------------------------------------------------------------ Ray
 def require_ray() -> Any:
     """``ray`` with Ray Tune, or a one-line error naming the extra to install."""
-    # Ray 2.60 clusters authenticate drivers by token (~/.ray/auth_token); set before Ray is imported, as
-    # actorq.cluster does (copied: quarl may not import actorq).
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    # Ray runs its workers at niceness 15 by default; here they do the run's work (trials, learner, actors), so
-    # they get the CPU like the driver does (RayConfig reads RAY_<name> when Ray starts)
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray_environment()  # before Ray is imported
     try:
         import ray
         import ray.tune  # noqa: F401 - the [tune] part of the extra
