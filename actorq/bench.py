@@ -1,6 +1,9 @@
 """fp32 actors against int8 actors in one benchmark: the same training run (task, seeds, settings) once per
 precision and seed, the order alternating (seed 0: fp32 then int8; seed 1: int8 then fp32; ...), so slow drift
-of the machine falls on both. Ratios compare runs of the same seed.
+of the machine falls on both. Ratios compare runs of the same seed. Rerunning the same command (more seeds
+allowed) keeps every finished run (its report.json, if it was made with the same settings) and resumes an
+unfinished one from its checkpoint, so a many-seed benchmark can span several sittings; the timing ratios
+of a seed whose runs sat in different sittings compare different machine states, so they are flagged.
 
     python -m actorq.bench --task pendulum --seeds 0 1 2 --steps 20000 --bench-out out/actorq/bench_pendulum
     python -m actorq.bench --task nav --seeds 0 --steps 6000 --learning-starts 3000 --bench-out out/actorq/bench_nav
@@ -21,8 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+from actorq.errors import ActorQError
 from actorq.train import TrainArgs, TrainReport, resolved
 from airq_cli import output_dir, run, write_json
+
+# settings that may differ between the runs of one benchmark: the rest must match a kept run's report.json
+PER_RUN = frozenset({"precision", "seed", "out", "resume", "progress"})
 
 FIELDS = (
     "actor_steps_per_s_median",
@@ -47,6 +54,7 @@ class RunRow:
     staleness: dict
     energy_joules: float
     out: str
+    sitting: str  # "this run", "kept" (finished earlier) or "resumed" (continued from a checkpoint)
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class BenchResult:
     mean_eval_score_difference: dict  # the same for the mean over each run's evaluations
 
 
-def _row(seed: int, precision: str, order: int, report: TrainReport, out: Path) -> RunRow:
+def _row(seed: int, precision: str, order: int, report: TrainReport, out: Path, sitting: str) -> RunRow:
     first = report.reached["first"]
     scores = [e["score"] for e in report.state.get("evaluations", [])]
     return RunRow(
@@ -77,7 +85,28 @@ def _row(seed: int, precision: str, order: int, report: TrainReport, out: Path) 
         report.staleness,
         report.energy_estimate["joules"],
         str(out),
+        sitting,
     )
+
+
+def kept_report(args: TrainArgs, run_dir: Path) -> TrainReport | None:
+    """The run's report.json if it finished with these settings; None if it never finished; an error if it
+    finished with other settings (then its numbers would be mixed into another benchmark)."""
+    path = run_dir / "report.json"
+    if not path.is_file():
+        return None
+    import json
+
+    try:
+        report = TrainReport(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as e:
+        raise ActorQError(f"{path}: not a readable run report ({e}): remove it to rerun that run") from None
+    wanted = {k: v for k, v in asdict(args).items() if k not in PER_RUN}
+    differ = sorted(k for k, v in wanted.items() if report.args.get(k) != v)
+    if differ:
+        shown = ", ".join(f"{k} {report.args.get(k)!r} there, {wanted[k]!r} asked" for k in differ)
+        raise ActorQError(f"{run_dir} holds a run made with other settings ({shown}): use another --bench-out")
+    return report
 
 
 def paired_interval(differences: list[float]) -> dict:
@@ -102,14 +131,22 @@ def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
         for precision in ("fp32", "int8") if k % 2 == 0 else ("int8", "fp32"):
             run_dir = out / f"{precision}_s{seed}"
             args = resolved(replace(base, precision=precision, seed=seed, out=str(run_dir)))
-            try:
-                report = Run(args).train()
-            finally:
-                cluster.stop()
-            rows.append(_row(seed, precision, order, report, run_dir))
+            report = kept_report(args, run_dir)
+            sitting = "kept"
+            if report is None:
+                resume = (run_dir / "checkpoints/state.json").is_file()
+                sitting = "resumed" if resume else "this run"
+                try:
+                    report = Run(replace(args, resume=resume)).train()
+                finally:
+                    cluster.stop()
+            rows.append(_row(seed, precision, order, report, run_dir, sitting))
             order += 1
     ratios: dict = {}
     by = {(r.seed, r.precision): r for r in rows}
+    split = [
+        s for s in seeds if by[(s, "int8")].sitting != by[(s, "fp32")].sitting or by[(s, "int8")].sitting == "resumed"
+    ]
     for name in FIELDS:
         per_seed = []
         for seed in seeds:
@@ -117,6 +154,7 @@ def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
             per_seed.append(None if not a or not b else a / b)
         shown = [x for x in per_seed if x is not None]
         ratios[name] = {"per_seed": per_seed, "median": float(np.median(shown)) if shown else None}
+    ratios["seeds_timed_in_different_sittings"] = split
 
     def differences(score: str) -> list[float]:
         pairs = [(getattr(by[(s, "int8")], score), getattr(by[(s, "fp32")], score)) for s in seeds]
@@ -140,9 +178,10 @@ def report_lines(result: BenchResult) -> list[str]:
         f"{result.machine['int8_kernels']}"
     ]
     lines.append(
-        "| seed | precision | final | threshold at steps (s) | actor steps/s | act ms | updates/s | version ms / rollout |"
+        "| seed | precision | final | threshold at steps (s) | actor steps/s | act ms | updates/s | version ms / rollout "
+        "| sitting |"
     )
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for r in result.runs:
         v = r.version_costs
         version = (
@@ -154,11 +193,17 @@ def report_lines(result: BenchResult) -> list[str]:
         final = "-" if r.final_score is None else f"{r.final_score:.4g}"
         lines.append(
             f"| {r.seed} | {r.precision} | {final} | {reached} | {r.rates['actor_steps_per_s_median']:.0f} | "
-            f"{r.rates['act_ms_median']:.3f} | {r.rates['updates_per_s'] or 0:.1f} | {version} |"
+            f"{r.rates['act_ms_median']:.3f} | {r.rates['updates_per_s'] or 0:.1f} | {version} | {r.sitting} |"
         )
-    for name, ratio in result.ratios.items():
+    for name in FIELDS:
+        ratio = result.ratios[name]
         if ratio["median"] is not None:
             lines.append(f"int8 / fp32 {name}: median {ratio['median']:.2f}x (per seed {ratio['per_seed']})")
+    if result.ratios["seeds_timed_in_different_sittings"]:
+        lines.append(
+            f"seeds {result.ratios['seeds_timed_in_different_sittings']}: their fp32 and int8 runs were timed in "
+            "different sittings (resumed or kept), so their ratios compare different machine states"
+        )
     for what, d in (
         ("final score", result.final_score_difference),
         ("mean score over the evaluations", result.mean_eval_score_difference),
