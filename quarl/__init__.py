@@ -1,7 +1,7 @@
 """quarl: the QuaRL quantization study on standard tasks (issue 18), on top of policies and quantize.
 
-    python -m quarl run configs/quarl/classic.toml            # train, quantize, sweep, QAT, evaluate (Ray Tune)
-    python -m quarl report out/quarl/classic                  # Table 2, Figure 1-3 style outputs
+    python -m quarl run configs/quarl/cpu.toml            # train, quantize, sweep, QAT, evaluate (Ray Tune)
+    python -m quarl report out/quarl/cpu                  # Table 2, Figure 1-3 style outputs
 
 Every (task, algorithm, seed) is one Ray Tune trial (``quarl.tune_runner``) running ``quarl.pipeline.run_trial``:
 SB3 training with the RL Zoo's hyperparameters (``quarl.zoo``), ONNX export (``quarl.export``), fp16 / static

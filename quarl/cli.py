@@ -1,7 +1,7 @@
 """python -m quarl: the QuaRL quantization study on standard RL tasks (issue 18), from the command line.
 
-    python -m quarl run configs/quarl/classic.toml                  # every trial, local Ray (all CPUs)
-    python -m quarl run configs/quarl/classic.toml --dry-run        # the trials and their cost; nothing runs
+    python -m quarl run configs/quarl/cpu.toml                  # every trial, local Ray (all CPUs)
+    python -m quarl run configs/quarl/cpu.toml --dry-run        # the trials and their cost; nothing runs
     python -m quarl run configs/quarl/atari.toml --address auto     # on the Ray cluster this machine belongs to
 
 Exit 0 every trial done, 1 a trial failed (the others still ran; rerun the same command to retry it), 2 a bad

@@ -3,7 +3,7 @@
     from quarl.config import load_config
     from quarl.tune_runner import plan_study, run_study
 
-    study = run_study(load_config("configs/quarl/classic.toml"), "out/quarl/classic")
+    study = run_study(load_config("configs/quarl/cpu.toml"), "out/quarl/cpu")
     study.exit_code        # 0 every trial done, 1 one failed, 130 interrupted (rerun to resume)
 
 Every ``TrialSpec`` of ``StudyConfig.trials()`` is one trial of one Tune experiment (``<out>/tune/<name>``,
