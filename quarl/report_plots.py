@@ -4,12 +4,12 @@ and the weight ranges beside the int8 error of every cell."""
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
 import numpy as np
 
+from nav_env.render import figure_png
 from quarl.config import env_slug
 from quarl.report_records import WEIGHT_BITS, CellReport, CellWidth, algo_order
 
@@ -118,10 +118,3 @@ def weight_widths_png(widths: list[CellWidth]) -> bytes:
     return figure_png(fig)
 
 
-def figure_png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()

@@ -31,8 +31,16 @@ ALLOWED = {
     "hil": {"airq_cli", "nav_env", "firmware_bridge", "device_emulation"},  # no policies, no quantize, no torch
     # ActorQ (issue 17): an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
     "actorq": {"airq_cli", "nav_env", "policies", "quantize", "firmware_bridge"},
-    # the QuaRL study on standard tasks (issue 18): training, export and quantization of SB3 policies
-    "quarl": {"airq_cli", "policies", "quantize", "firmware_bridge.device", "firmware_bridge.int8_kernels"},
+    # the QuaRL study on standard tasks (issue 18): training, export and quantization of SB3 policies; of the
+    # nav env only the plotting helper every report uses
+    "quarl": {
+        "airq_cli",
+        "nav_env.render",
+        "policies",
+        "quantize",
+        "firmware_bridge.device",
+        "firmware_bridge.int8_kernels",
+    },
     "deployment_study": ALL - {"deployment_study"},  # a study sits on every stage
 }
 
