@@ -116,5 +116,3 @@ def weight_widths_png(widths: list[CellWidth]) -> bytes:
     fig.suptitle("Weight ranges and int8 error per cell (seed's claim: widest weights quantize worst)", fontsize=10)
     fig.tight_layout()
     return figure_png(fig)
-
-
