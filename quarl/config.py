@@ -48,6 +48,9 @@ class TrialSpec:
     rounding: str = "nearest"
     calibration_episodes: int = 10  # static int8 and n-bit activation ranges: the fp32 policy's own episodes
     threads: int = 1
+    # False: a seed whose fp32 policy fails its baseline gate stops after the fp32 evaluation (its quantized
+    # policies would not count in any conclusion, and an idle policy can play every episode to the step cap)
+    quantize_failed_baselines: bool = True
 
     @property
     def name(self) -> str:
@@ -97,6 +100,7 @@ SHARED_TYPES: dict[str, tuple[str, type | tuple[type, ...]]] = {
     "eval_seed": ("an integer", int),
     "calibration_episodes": ("an integer", int),
     "threads": ("an integer", int),
+    "quantize_failed_baselines": ("true or false", bool),
     "qat_steps_fraction": ("a number", (int, float)),
     "qat_delay_fraction": ("a number", (int, float)),
     "rounding": ("a string", str),
@@ -114,7 +118,7 @@ def _check_types(shared: dict[str, Any], where: str) -> None:
         is_list = what.startswith("a list")
         items = value if is_list and isinstance(value, list) else [value]
         if is_list != isinstance(value, list) or not all(
-            isinstance(v, kind) and not isinstance(v, bool) for v in items
+            isinstance(v, kind) and (kind is bool or not isinstance(v, bool)) for v in items
         ):
             raise QuarlError(f"{where}: {key!r} must be {what}, got {value!r}")
 

@@ -145,7 +145,8 @@ class Trial:
         log(f"{self.spec.name}: trained in {wall:.0f} s")
         return info
 
-    def onnx_stage(self) -> list[PolicyEval]:
+    def onnx_stage(self, threshold: float) -> list[PolicyEval]:
+        """fp32 first, then (unless its baseline fails and the spec skips failed ones) fp16 / int8 / dynamic."""
         done = self.stages.done("onnx")
         if done is not None:
             return [PolicyEval(**p) for p in done["policies"]]
@@ -159,10 +160,13 @@ class Trial:
         calib_protocol = EvalProtocol(self.spec.calibration_episodes, CALIBRATION_SEED, self.protocol.max_steps)
         calib = recorded_observations(onnx_policy(fp32), self.episode_env, calib_protocol)
         write_atomic(self.dir / "calibration_obs.npy", _npy_bytes(calib))
-        files = {"fp32": (fp32, 0.0), **quantize_files(fp32, calib, self.spec.ptq_targets, self.dir)}
+        fp32_returns = self.evaluate(onnx_policy(fp32))
+        files = {"fp32": (fp32, 0.0)}
+        if self.spec.quantize_failed_baselines or np.mean(fp32_returns) >= threshold:
+            files.update(quantize_files(fp32, calib, self.spec.ptq_targets, self.dir))
         evals = []
         for name, (path, seconds) in files.items():
-            returns = self.evaluate(onnx_policy(path))
+            returns = fp32_returns if name == "fp32" else self.evaluate(onnx_policy(path))
             bits = {"fp32": 32, "fp16": 16}.get(name, 8)
             evals.append(
                 PolicyEval(
@@ -279,11 +283,14 @@ class Trial:
             max_steps=protocol.max_steps,
         )
         info = self.train()
-        policies = self.onnx_stage()
-        policies += [self.ptq_stage(b) for b in self.spec.ptq_bits]
-        policies += [self.qat_stage(b) for b in self.spec.qat_bits]
+        policies = self.onnx_stage(threshold)
         fp32 = next(p for p in policies if p.name == "fp32")
         baseline = Baseline(published, source, threshold, fp32.mean >= threshold)
+        if baseline.passed or self.spec.quantize_failed_baselines:
+            policies += [self.ptq_stage(b) for b in self.spec.ptq_bits]
+            policies += [self.qat_stage(b) for b in self.spec.qat_bits]
+        else:
+            log(f"{self.spec.name}: fp32 {fp32.mean:.2f} below the gate {threshold:g}: not quantized")
         result = TrialResult(
             self.spec.env_id, self.spec.algo, self.spec.seed, info, self.protocol, baseline, policies, machine_record()
         )

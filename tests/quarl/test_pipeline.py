@@ -14,6 +14,7 @@ The budgets are far too small to learn the tasks; every check here is about the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import math
 import shutil
@@ -194,6 +195,22 @@ def _activation_outputs(actor, obs: torch.Tensor) -> tuple[list[torch.Tensor], t
         for h in hooks:
             h.remove()
     return seen, logits
+
+
+def test_a_failed_baseline_is_not_quantized_when_the_spec_says_so_and_the_report_still_shows_it(tmp_path):
+    from quarl.report import build_report
+
+    # 3,000 PPO steps cannot balance CartPole for 475 steps: the gate fails
+    spec = dataclasses.replace(CARTPOLE, quantize_failed_baselines=False)
+    study = tmp_path / "study"
+    result = run_trial(spec, study / "trials" / spec.name, progress=False)
+    assert not result.baseline.passed and result.policy("fp32").mean < 475
+    assert [p.name for p in result.policies] == ["fp32"]
+    assert sorted(f.name for f in (study / "trials" / spec.name).glob("*.onnx")) == ["fp32.onnx"]
+    report = build_report(study, figures=False, warn=lambda line: None)
+    cell = report.cell("CartPole-v1", "ppo")
+    assert not cell.counted and cell.status == "baseline failed"
+    assert "**baseline failed**" in (study / "table2.md").read_text()
 
 
 def test_fake_quant_really_quantizes_weights_and_activations(cartpole):

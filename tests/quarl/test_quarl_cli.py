@@ -82,6 +82,8 @@ BASE = {"name": "x", "seeds": [0], "cell": [{"env": "CartPole-v1", "algo": "ppo"
         ({"threads": "2"}, "'threads' must be an integer"),
         ({"qat_steps_fraction": [0.25]}, "'qat_steps_fraction' must be a number"),
         ({"rounding": 1}, "'rounding' must be a string, got 1"),
+        ({"quantize_failed_baselines": "no"}, "'quantize_failed_baselines' must be true or false, got 'no'"),
+        ({"quantize_failed_baselines": 0}, "'quantize_failed_baselines' must be true or false, got 0"),
         ({"ptq_bits": 8}, "'ptq_bits' must be a list of integers, got 8"),
         ({"qat_bits": [4, "2"]}, "'qat_bits' must be a list of integers"),
         ({"ptq_targets": "int8"}, "'ptq_targets' must be a list of strings, got 'int8'"),
@@ -104,7 +106,9 @@ def test_parse_config_accepts_every_known_kind_of_cell():
         {"env": "MinAtar/Breakout-v1", "algo": "a2c"},
         {"env": "Pendulum-v1", "algo": "td3", "steps": 1500},
     ]
-    config = parse_config(BASE | {"cell": cells, "qat_delay_fraction": 0, "ptq_bits": [8, 4]})
+    config = parse_config(
+        BASE | {"cell": cells, "qat_delay_fraction": 0, "ptq_bits": [8, 4], "quantize_failed_baselines": False}
+    )
     assert [(t.env_id, t.algo, t.steps) for t in config.trials()] == [
         ("CartPole-v1", "dqn", None),
         ("PongNoFrameskip-v4", "ppo", None),
@@ -112,3 +116,6 @@ def test_parse_config_accepts_every_known_kind_of_cell():
         ("Pendulum-v1", "td3", 1500),
     ]
     assert config.trial.ptq_bits == (8, 4) and config.trial.qat_delay_fraction == 0
+    assert config.trial.quantize_failed_baselines is False and all(
+        not t.quantize_failed_baselines for t in config.trials()
+    )
