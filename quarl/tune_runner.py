@@ -61,17 +61,22 @@ TUNE_DIR = "tune"
 TRIALS_DIR = "trials"
 
 # Training env steps per second of one trial on one core, measured with SB3 and the zoo's settings on the 2-core AMD
-# EPYC VM (AVX2, no VNNI), torch 2.13.0, SB3 2.9.2: classic control and Atari on 2026-11-23 (CartPole PPO 100k steps in
-# 53 s, A2C 500k in 125 s, DQN 50k in 106 s; MountainCarContinuous DDPG 30k in 623 s; Pong PPO 113, A2C 154, DQN 28
-# steps/s; PyBullet HalfCheetah TD3 53 steps/s), MinAtar Breakout on 2026-11-26 while the machine ran other jobs
-# (PPO 1,680, A2C 3,030 steps/s; DQN about 600 after its replay start). --dry-run's estimate only; entries missing
-# here (e.g. SAC) are left out of the estimate and said so.
+# EPYC VM (AVX2, no VNNI), torch 2.13.0, SB3 2.9.2. Classic control and Atari on 2026-11-23 (CartPole PPO 100k steps in
+# 53 s, A2C 500k in 125 s; Pong PPO 113, A2C 154, DQN 28 steps/s; PyBullet HalfCheetah TD3 53 steps/s); DQN, DDPG and
+# MinAtar from the trials of `python -m quarl run configs/quarl/cpu.toml` on 2026-11-26, two trials at once on the
+# otherwise quiet machine (medians: MountainCar DQN 331, MountainCarContinuous DDPG 45, MinAtar DQN 505 and PPO
+# 2,270 steps/s; its QAT fine-tuning ran at about half the training rate, fake quantization and a refilled replay
+# buffer included). --dry-run's estimate only; entries missing here (e.g. SAC) are left out of the estimate and said so.
 MEASURED_STEPS_PER_S: dict[str, dict[str, float]] = {
-    "classic": {"ppo": 1890, "a2c": 4000, "dqn": 470, "ddpg": 48, "td3": 48},
-    "minatar": {"ppo": 1680, "a2c": 3030, "dqn": 600},
+    "classic": {"ppo": 1890, "a2c": 4000, "dqn": 330, "ddpg": 45, "td3": 45},
+    "minatar": {"ppo": 2270, "a2c": 3030, "dqn": 505},
     "atari": {"ppo": 113, "a2c": 154, "dqn": 28},
     "locomotion": {"ddpg": 53, "td3": 53},
 }
+QAT_RATE_FRACTION = 0.5  # QAT steps/s over training steps/s (the same 2026-11-26 trials: 0.4-0.6)
+TRIAL_OVERHEAD_S = (
+    20.0  # a trial's start, export, quantization and n-bit copies (same trials, median; evaluation apart)
+)
 
 
 # ------------------------------------------------------------------------------------------------ Ray
@@ -266,7 +271,7 @@ class TrialPlan:
     qat_steps: int | None  # all the QAT runs together
     policies: int  # evaluated policies: fp32, each PTQ file, each n-bit PTQ width, each QAT width
     eval_episodes: int  # all policies together
-    core_hours: float | None  # (train + QAT steps) / the measured rate, x threads (None: no rate known)
+    core_hours: float | None  # train + QAT steps at the measured rates + overhead, x threads (None: no rate known)
 
 
 def plan_trial(spec: TrialSpec, state: str = "new") -> TrialPlan:
@@ -277,7 +282,8 @@ def plan_trial(spec: TrialSpec, state: str = "new") -> TrialPlan:
     steps = spec.steps or zoo_entry(spec.env_id, spec.algo).n_timesteps
     qat = int(len(spec.qat_bits) * spec.qat_steps_fraction * steps)
     rate = MEASURED_STEPS_PER_S.get(task_family(spec.env_id), {}).get(spec.algo)
-    hours = None if rate is None else (steps + qat) / rate / 3600 * spec.threads
+    seconds = None if rate is None else steps / rate + qat / (rate * QAT_RATE_FRACTION) + TRIAL_OVERHEAD_S
+    hours = None if seconds is None else seconds / 3600 * spec.threads
     return TrialPlan(spec, state, steps, qat, policies, policies * spec.eval_episodes, hours)
 
 
