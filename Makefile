@@ -9,7 +9,7 @@ LOCK := requirements/lock.txt
 # the CPU build (2.13.0+cpu) is on this index. TORCH_INDEX= (empty) skips it.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test bench clean study lock
+.PHONY: demo test bench clean study quarl lock
 
 # torch first, from the CPU index when it answers within 5 s; otherwise from pip's configured index (on an
 # ordinary Linux x86 machine that is the CUDA build; a machine whose pip config points at a folder of CPU wheels
@@ -60,6 +60,12 @@ demo: $(STAMP)
 # 19.4 min on the 2-core AMD EPYC VM (AVX2, no VNNI) from a fresh state, 2026-11-25 (docs/study.md, "Measured").
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
+
+# The QuaRL study's CPU part (issue 18, docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
+# Ray Tune trial, about two hours on two cores; rerunning resumes. Then its Table 2, figures and reading.
+quarl: $(STAMP)
+	$(PY) -m quarl run configs/quarl/cpu.toml --out out/quarl/cpu
+	$(PY) -m quarl report out/quarl/cpu
 
 # The lint, format and type gate first (pyproject.toml: [tool.ruff], [tool.mypy]), then every test, on two
 # pytest-xdist workers (tests/conftest.py: which tests share a worker, which go first), slowest 25 listed.
