@@ -76,7 +76,7 @@ def weight_widths_png(widths: list[CellWidth]) -> bytes:
     envs = sorted({w.env_id for w in widths})
     algos = sorted({w.algo for w in widths}, key=algo_order)
     colors = {algo: plt.get_cmap("tab10")(i) for i, algo in enumerate(algos)}
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
     width = 0.8 / max(1, len(algos))
     for i, algo in enumerate(algos):
         xs, ys, errs, hatches = [], [], [], []
@@ -97,21 +97,24 @@ def weight_widths_png(widths: list[CellWidth]) -> bytes:
     ax1.set_title("weight range per algorithm (mean ± sd over seeds; hatched: baseline failed)", fontsize=9)
     ax1.legend(fontsize=8)
     ax1.grid(axis="y", alpha=0.3)
-    for w in widths:
-        if math.isnan(w.int8_error) or math.isinf(w.int8_error):
-            continue
+    shown = [w for w in widths if math.isfinite(w.int8_error)]
+    for w in shown:
         marker = "o" if w.counted else "x"
         ax2.scatter(w.widest_range.mean, w.int8_error, color=colors[w.algo], marker=marker, s=40)
-        ax2.annotate(
-            f"{env_slug(w.env_id)} {w.algo.upper()}", (w.widest_range.mean, w.int8_error), fontsize=7, alpha=0.8
-        )
+    # counted cells numbered at their point and named in the key (names at the points overlap where errors are
+    # close); the failed ones are named in the left panel
+    counted = sorted((w for w in shown if w.counted), key=lambda w: (-w.int8_error, w.widest_range.mean))
+    for k, w in enumerate(counted, 1):
+        ax2.annotate(str(k), (w.widest_range.mean, w.int8_error), xytext=(4, 3), textcoords="offset points", fontsize=7)
     for algo in algos:
         ax2.scatter([], [], color=colors[algo], label=algo.upper())
     ax2.axhline(0, color="gray", lw=0.8)
     ax2.set_xlabel("widest layer range max(W) - min(W)")
     ax2.set_ylabel("int8 (static) error vs fp32 (%)")
     ax2.set_title("int8 error vs weight range (x: baseline failed)", fontsize=9)
-    ax2.legend(fontsize=8)
+    for k, w in enumerate(counted, 1):
+        ax2.plot([], [], " ", label=f"{k}: {env_slug(w.env_id)} {w.algo.upper()} ({w.int8_error:+.1f}%)")
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax2.grid(alpha=0.3)
     fig.suptitle("Weight ranges and int8 error per cell (seed's claim: widest weights quantize worst)", fontsize=10)
     fig.tight_layout()
