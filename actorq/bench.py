@@ -18,6 +18,7 @@ end-to-end figure is the learner's pace, and the actor-side ratio is what predic
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -95,8 +96,6 @@ def kept_report(args: TrainArgs, run_dir: Path) -> TrainReport | None:
     path = run_dir / "report.json"
     if not path.is_file():
         return None
-    import json
-
     try:
         report = TrainReport(**json.loads(path.read_text()))
     except (ValueError, TypeError) as e:
