@@ -145,6 +145,10 @@ class Trial:
         log(f"{self.spec.name}: trained in {wall:.0f} s")
         return info
 
+    def quantizes(self, fp32_mean: float, threshold: float) -> bool:
+        """Whether this seed's quantized policies are built: always, or only past the gate (the spec says)."""
+        return self.spec.quantize_failed_baselines or fp32_mean >= threshold
+
     def onnx_stage(self, threshold: float) -> list[PolicyEval]:
         """fp32 first, then (unless its baseline fails and the spec skips failed ones) fp16 / int8 / dynamic."""
         done = self.stages.done("onnx")
@@ -162,7 +166,7 @@ class Trial:
         write_atomic(self.dir / "calibration_obs.npy", _npy_bytes(calib))
         fp32_returns = self.evaluate(onnx_policy(fp32))
         files = {"fp32": (fp32, 0.0)}
-        if self.spec.quantize_failed_baselines or np.mean(fp32_returns) >= threshold:
+        if self.quantizes(float(np.mean(fp32_returns)), threshold):
             files.update(quantize_files(fp32, calib, self.spec.ptq_targets, self.dir))
         evals = []
         for name, (path, seconds) in files.items():
@@ -286,7 +290,7 @@ class Trial:
         policies = self.onnx_stage(threshold)
         fp32 = next(p for p in policies if p.name == "fp32")
         baseline = Baseline(published, source, threshold, fp32.mean >= threshold)
-        if baseline.passed or self.spec.quantize_failed_baselines:
+        if self.quantizes(fp32.mean, threshold):
             policies += [self.ptq_stage(b) for b in self.spec.ptq_bits]
             policies += [self.qat_stage(b) for b in self.spec.qat_bits]
         else:

@@ -74,9 +74,8 @@ MEASURED_STEPS_PER_S: dict[str, dict[str, float]] = {
     "locomotion": {"ddpg": 53, "td3": 53},
 }
 QAT_RATE_FRACTION = 0.5  # QAT steps/s over training steps/s (the same 2026-11-26 trials: 0.4-0.6)
-TRIAL_OVERHEAD_S = (
-    20.0  # a trial's start, export, quantization and n-bit copies (same trials, median; evaluation apart)
-)
+# a trial's start, export, quantization and n-bit copies (the same trials, median; evaluation apart)
+TRIAL_OVERHEAD_S = 20.0
 
 
 # ------------------------------------------------------------------------------------------------ Ray
