@@ -73,9 +73,10 @@ MEASURED_STEPS_PER_S: dict[str, dict[str, float]] = {
     "atari": {"ppo": 113, "a2c": 154, "dqn": 28},
     "locomotion": {"ddpg": 53, "td3": 53},
 }
-QAT_RATE_FRACTION = 0.5  # QAT steps/s over training steps/s (the same 2026-11-26 trials: 0.4-0.6)
-# a trial's start, export, quantization and n-bit copies (the same trials, median; evaluation apart)
-TRIAL_OVERHEAD_S = 20.0
+QAT_RATE_FRACTION = 0.5  # QAT steps/s over training steps/s (the same trials: 0.43-0.60; MCC DDPG 0.86)
+# everything in a trial but training and QAT (start, export, quantization, evaluation): the same trials' median;
+# MinAtar episodes that run to the step cap cost far more
+TRIAL_OVERHEAD_S = 25.0
 
 
 # ------------------------------------------------------------------------------------------------ Ray
@@ -325,7 +326,8 @@ class Plan:
         wall = _wall_hours([t.core_hours or 0.0 for t in known], self.slots, shared.threads)
         lines.append(
             f"estimate for the {len(known)} trials to run: {total:.1f} core-hours, ~{wall:.1f} h wall with {self.slots} "
-            "at once (training + QAT at rates measured on a 2-core AVX2 VM, one core per trial; evaluation not included)"
+            "at once (training + QAT at rates measured on a 2-core AVX2 VM, one core per trial, + "
+            f"{TRIAL_OVERHEAD_S:.0f} s per trial for the rest; evaluations that play to an episode cap cost more)"
         )
         if len(known) < len(todo):
             lines.append(
