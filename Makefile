@@ -62,7 +62,8 @@ study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
 # The QuaRL study's CPU part (issue 18, docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
-# Ray Tune trial, about two hours on two cores; rerunning resumes. Then its Table 2, figures and reading.
+# Ray Tune trial, 71 min on two cores (README, "Results: the QuaRL study"); rerunning resumes. Then its Table 2,
+# figures and reading.
 quarl: $(STAMP)
 	$(PY) -m quarl run configs/quarl/cpu.toml --out out/quarl/cpu
 	$(PY) -m quarl report out/quarl/cpu

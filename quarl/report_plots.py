@@ -104,16 +104,15 @@ def weight_widths_png(widths: list[CellWidth]) -> bytes:
     # counted cells numbered at their point and named in the key (names at the points overlap where errors are
     # close); the failed ones are named in the left panel
     counted = sorted((w for w in shown if w.counted), key=lambda w: (-w.int8_error, w.widest_range.mean))
-    for k, w in enumerate(counted, 1):
-        ax2.annotate(str(k), (w.widest_range.mean, w.int8_error), xytext=(4, 3), textcoords="offset points", fontsize=7)
     for algo in algos:
         ax2.scatter([], [], color=colors[algo], label=algo.upper())
+    for k, w in enumerate(counted, 1):
+        ax2.annotate(str(k), (w.widest_range.mean, w.int8_error), xytext=(4, 3), textcoords="offset points", fontsize=7)
+        ax2.plot([], [], " ", label=f"{k}: {env_slug(w.env_id)} {w.algo.upper()} ({w.int8_error:+.1f}%)")
     ax2.axhline(0, color="gray", lw=0.8)
     ax2.set_xlabel("widest layer range max(W) - min(W)")
     ax2.set_ylabel("int8 (static) error vs fp32 (%)")
     ax2.set_title("int8 error vs weight range (x: baseline failed)", fontsize=9)
-    for k, w in enumerate(counted, 1):
-        ax2.plot([], [], " ", label=f"{k}: {env_slug(w.env_id)} {w.algo.upper()} ({w.int8_error:+.1f}%)")
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax2.grid(alpha=0.3)
     fig.suptitle("Weight ranges and int8 error per cell (seed's claim: widest weights quantize worst)", fontsize=10)
