@@ -195,8 +195,11 @@ def md_roofline(data: StudyResults) -> str:
         "weight; fp32 throughput for fp32 weights, int8 for int8; biases, activations and (de)quantisation "
         "arithmetic not counted). The fixed cost is the runtime's per call and per operator. The bandwidth is the "
         "cache's for weights that fit in the core's own cache (here its private L2, on a Pi its L2) and DRAM's for "
-        "larger ones: between two acts the shared cache does not keep them. A Pi prediction is shown only where the "
-        "prediction for the machine that ran the timing pass agrees with its measured p50 within 2x.",
+        "larger ones. Here, weights between the private and the shared cache's sizes may or may not still be in "
+        "the shared cache at the next act (the client, the other bridges and other guests use it in between): both "
+        "predictions are made and the nearer one is judged, the other shown beside it. A Pi prediction (a Pi 3B has "
+        "no shared cache: beyond its L2, DRAM) is shown only where the prediction for the machine that ran the timing "
+        "pass agrees with its measured p50 within 2x.",
         "",
     ]
     if m:
@@ -209,7 +212,8 @@ def md_roofline(data: StudyResults) -> str:
         out += [
             f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
             f"DRAM ({m.dram_bytes // 2**20} MB) {m.dram_bandwidth_gbs:.1f} GB/s; private cache "
-            f"{m.private_cache_bytes // 1024} KB. Matrix-product throughput (onnxruntime, one thread): fp32 "
+            f"{m.private_cache_bytes // 1024} KB, shared cache "
+            f"{f'{m.shared_cache_bytes // 1024} KB' if m.shared_cache_bytes else 'none listed'}. Matrix-product throughput (onnxruntime, one thread): fp32 "
             f"{tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s. Fixed cost: per call {null}; per "
             f"operator {m.operator_us:.2f} us, per quantized matrix product {m.quantized_operator_us:.2f} us.",
             "",
@@ -237,6 +241,8 @@ def md_roofline(data: StudyResults) -> str:
                 preds.append("not shown (check failed)" if c else "not shown (no check)")
         predicted_s, measured_s = (c.predicted_s, c.measured_s) if c else (None, None)
         how = f"{_us(c.fixed_s * 1e6)} + {c.bound_by}, {c.weights_from}" if c and c.bound_by else MISSING
+        if c and c.other_predicted_s:
+            how += f"; from {c.other_weights_from}: {_us(c.other_predicted_s * 1e6)}"
         ops = f"{e.cost.operators} ({e.cost.quantized_operators} quantized)" if e.cost.operators else MISSING
         out.append(
             f"| {Path(e.model).stem} | {e.cost.weight_bytes / 1e6:.2f} | {e.cost.ops / 1e6:.2f} | {ops} | "

@@ -96,11 +96,90 @@ def test_weights_beyond_the_private_cache_stream_from_dram_and_fixed_costs_add_u
     assert roofline.predict_here(small, old, 0.0).weights_from == "DRAM"
 
 
+def test_weights_that_fit_the_shared_cache_are_judged_in_the_nearer_cache_state():
+    """Between the private and the shared cache's sizes the timing pass may find the weights in the shared cache
+    or not (the host's neighbours decide): the check judges the nearer prediction and keeps the other."""
+    machine = roofline.MachineFigures(
+        bandwidth_gbs={"8000000": 64.0, "64000000": 64.0},
+        throughput_gops={"int8": 1000.0},
+        dram_bandwidth_gbs=16.0,
+        private_cache_bytes=512 * 1024,
+        shared_cache_bytes=32 * 2**20,
+    )
+    big = roofline.ModelCost(weight_bytes=8_000_000, macs=10, precision="int8")
+    dram_s, shared_s = 8_000_000 / 16e9, 8_000_000 / 64e9  # 500 us, 125 us
+    c = roofline.check_here(big, machine, 140e-6)  # warm: the shared cache kept them
+    assert (
+        c.weights_from == "shared cache" and c.agrees and c.measured_over_predicted == pytest.approx(140e-6 / shared_s)
+    )
+    assert c.other_weights_from == "DRAM" and c.other_predicted_s == pytest.approx(dram_s)
+    c = roofline.check_here(big, machine, 450e-6)  # cold: evicted between acts
+    assert c.weights_from == "DRAM" and c.agrees and c.other_weights_from == "shared cache"
+    assert not roofline.check_here(big, machine, 50e-6).agrees  # faster than either state: 0.4x the nearer
+    assert not roofline.check_here(big, machine, 1.2e-3).agrees  # 2.4x the DRAM prediction
+    # beyond the shared cache: DRAM only, nothing else to consider
+    huge = roofline.ModelCost(weight_bytes=64_000_000, macs=10, precision="int8")
+    c = roofline.check_here(huge, machine, 2e-3)
+    assert (
+        c.weights_from == "DRAM" and c.other_predicted_s is None and not roofline.check_here(huge, machine, 1e-3).agrees
+    )
+    # within the private cache: the cache only
+    assert roofline.check_here(roofline.ModelCost(400_000, 10, "int8"), machine, 10e-6).other_weights_from == ""
+
+
 def test_this_machines_fixed_costs_and_private_cache_are_measured():
     floats, quantized = roofline.operator_cost_us(False), roofline.operator_cost_us(True)
     assert 0 < floats < 50 and 0 < quantized < 200  # microseconds per operator, on any CPU
-    cache = roofline.private_cache_bytes()
+    cache, shared = roofline.private_cache_bytes(), roofline.shared_cache_bytes()
     assert cache == 0 or 16 * 1024 <= cache <= 64 * 2**20  # sysfs may not say (0); else a real L1/L2 size
+    assert shared == 0 or cache < shared  # a shared last-level cache is larger than the core's own
+
+
+def _fake_sysfs(root, siblings: str, caches: list[tuple[str, str, str]]):
+    """cpu0 with its hardware threads and (type, size, shared_cpu_list) per cache level."""
+    (root / "cpu0" / "topology").mkdir(parents=True)
+    (root / "cpu0" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    for i, (kind, size, shared) in enumerate(caches):
+        d = root / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+        (d / "shared_cpu_list").write_text(shared + "\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("siblings", "caches", "private", "shared"),
+    [
+        # one thread per core (this project's AMD EPYC VMs): the L2 is the core's, the L3 is shared
+        (
+            "0",
+            [("Data", "32K", "0"), ("Instruction", "32K", "0"), ("Unified", "512K", "0"), ("Unified", "32768K", "0-1")],
+            512 * 1024,
+            32 * 2**20,
+        ),
+        # two vCPUs that are one core's SMT threads: an L2 shared by them only is still the core's own
+        (
+            "0-1",
+            [("Data", "48K", "0-1"), ("Unified", "2048K", "0-1"), ("Unified", "105M", "0-3")],
+            2 * 2**20,
+            105 * 2**20,
+        ),
+        # siblings listed with a comma (threads 0 and 4 of one core), an L3 shared with other cores
+        ("0,4", [("Data", "32K", "0,4"), ("Unified", "1M", "0,4"), ("Unified", "16M", "0-7")], 2**20, 16 * 2**20),
+        # every cache shared with another core: nothing is the core's own
+        ("0", [("Unified", "8M", "0-1")], 0, 8 * 2**20),
+    ],
+)
+def test_the_private_cache_is_the_largest_no_other_core_shares(tmp_path, siblings, caches, private, shared):
+    sysfs = _fake_sysfs(tmp_path, siblings, caches)
+    assert roofline.private_cache_bytes(0, sysfs) == private and roofline.shared_cache_bytes(0, sysfs) == shared
+
+
+def test_without_sysfs_the_private_cache_is_unknown(tmp_path):
+    assert (
+        roofline.private_cache_bytes(0, tmp_path) == roofline.shared_cache_bytes(0, tmp_path) == 0
+    )  # then every model's weights come from DRAM
 
 
 def test_every_pi_figure_has_a_source():
