@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -118,10 +119,15 @@ def test_study_writes_consistent_results(finished):
     assert all(t["acts"] == 60 for t in timing.values())  # 2 rounds x 30 acts, every model
     machine = data["machine"]
     assert machine["dram_bandwidth_gbs"] > 0 and all(v > 0 for v in machine["throughput_gops"].values())
+    assert "shared_cache_bytes" in machine and machine["private_cache_bytes"] >= 0
     for e in data["roofline"]:
         c = e["check"]
         assert c["predicted_s"] > 0 and c["measured_s"] > 0
         assert c["agrees"] == (0.5 <= c["measured_s"] / c["predicted_s"] <= 2.0)
+        if c["other_predicted_s"]:  # two cache states were possible: the judged one is the nearer
+            assert abs(math.log(c["measured_s"] / c["predicted_s"])) <= abs(
+                math.log(c["measured_s"] / c["other_predicted_s"])
+            )
         for board, p in e["predicted_on_pi"].items():
             assert not p["shown"] or c["agrees"], board  # no Pi prediction without an agreeing check here
 
