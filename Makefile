@@ -57,7 +57,7 @@ demo: $(STAMP)
 # default and hard, bridge pinned like a Pi 3b; 300 seeded episodes per model and level; then the memory stage (an Air
 # Learning-sized Policy III fp32 vs int8 under a Pi 3b's 900 MB RAM, with and without swap, and 512 MB; needs root for
 # its memory cgroups, skipped otherwise) and the latency stage (every model at its predicted Pi 3b time). Wall time:
-# 19.4 min on the 2-core AMD EPYC VM (AVX2, no VNNI) from a fresh state, 2026-11-25 (docs/study.md, "Measured").
+# 17.1 min on the 2-core AMD EPYC VM (AVX2, no VNNI) from a fresh state, 2026-11-26 (docs/study.md, "Measured").
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 

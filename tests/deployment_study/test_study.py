@@ -497,3 +497,31 @@ def test_records_read_back_from_an_earlier_session(tmp_path):
     legacy = {"models": {"fp32": {"build_s": 3.0}, "int8": {"reused": True, "build_s": None}}}
     assert previous_measured(legacy) == StageMeasured(None, None, {"fp32": 3.0, "int8": None})
     assert previous_measured(None) is None and previous_measured({"status": "skipped"}) is None
+
+
+def test_the_memory_stages_slowdown_scales_the_pi_prediction_but_never_shrinks_it():
+    """A RAM limit with swap makes inference slower or leaves it alone; a measured speed-up is noise."""
+    from deployment_study.memory_stage import DevicePlan, MemoryResult, StageRow
+    from deployment_study.study import memory_slowdown
+
+    def stage(free_ms: float, limited_ms: float | None) -> MemoryResult:
+        rows = [StageRow(model="big.onnx", name="big.onnx", condition="unconstrained", infer_p50_ms=free_ms)]
+        rows.append(
+            StageRow(
+                model="big.onnx",
+                name="big.onnx",
+                condition="constrained",
+                memory_limit_mb=900,
+                swap_limit_mb=2048,
+                loaded=limited_ms is not None,
+                infer_p50_ms=limited_ms,
+            )
+        )
+        return MemoryResult(status="done", plan=DevicePlan(), rows=rows)
+
+    factor, where = memory_slowdown(stage(60.0, 90.0), "big.onnx", 900)
+    assert factor == pytest.approx(1.5) and where == "memory stage, 900 MB + 2048 MB swap, measured here"
+    factor, where = memory_slowdown(stage(60.0, 56.4), "big.onnx", 900)
+    assert factor == 1.0 and where.endswith("measured here: 0.94x, no slowdown")
+    factor, where = memory_slowdown(stage(60.0, None), "big.onnx", 900)
+    assert factor is None and where == "does not load at 900 MB (memory stage)"
