@@ -209,11 +209,12 @@ def md_roofline(data: StudyResults) -> str:
         tp = m.throughput_gops
         nulls = [t.null_model.device_inference_us.p50 for t in data.timing.values() if t.null_model]
         null = f"{min(nulls):.1f}-{max(nulls):.1f} us (the timing passes' null model, p50)" if nulls else MISSING
+        shared = f"{m.shared_cache_bytes // 1024} KB" if m.shared_cache_bytes else "none listed"
         out += [
             f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
             f"DRAM ({m.dram_bytes // 2**20} MB) {m.dram_bandwidth_gbs:.1f} GB/s; private cache "
-            f"{m.private_cache_bytes // 1024} KB, shared cache "
-            f"{f'{m.shared_cache_bytes // 1024} KB' if m.shared_cache_bytes else 'none listed'}. Matrix-product throughput (onnxruntime, one thread): fp32 "
+            f"{m.private_cache_bytes // 1024} KB, shared cache {shared}. Matrix-product throughput (onnxruntime, one "
+            f"thread): fp32 "
             f"{tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s. Fixed cost: per call {null}; per "
             f"operator {m.operator_us:.2f} us, per quantized matrix product {m.quantized_operator_us:.2f} us.",
             "",
