@@ -420,18 +420,20 @@ def fixed_here_s(cost: ModelCost, machine: MachineFigures, call_s: float) -> flo
     return call_s + (floats * machine.operator_us + cost.quantized_operators * machine.quantized_operator_us) / 1e6
 
 
+def _predict_here_from(
+    cost: ModelCost, machine: MachineFigures, call_s: float, bandwidth_gbs: float, weights_from: str
+) -> Prediction:
+    """This machine's time with the weights read at ``bandwidth_gbs`` (from ``weights_from``)."""
+    throughput = machine.throughput_gops.get(cost.precision)
+    return predict_s(cost, bandwidth_gbs, throughput, fixed_here_s(cost, machine, call_s), weights_from)
+
+
 def predict_here(cost: ModelCost, machine: MachineFigures, call_s: float) -> Prediction:
     """This machine's time for a model: weights within the private cache stay there, larger ones stream
     from DRAM (see the module's docstring); ``call_s`` the fixed cost of a call."""
-    cached = bool(machine.private_cache_bytes) and cost.weight_bytes <= machine.private_cache_bytes
-    bandwidth = bandwidth_at(machine, cost.weight_bytes) if cached else machine.dram_bandwidth_gbs
-    return predict_s(
-        cost,
-        bandwidth,
-        machine.throughput_gops.get(cost.precision),
-        fixed_here_s(cost, machine, call_s),
-        "cache" if cached else "DRAM",
-    )
+    if machine.private_cache_bytes and cost.weight_bytes <= machine.private_cache_bytes:
+        return _predict_here_from(cost, machine, call_s, bandwidth_at(machine, cost.weight_bytes), "cache")
+    return _predict_here_from(cost, machine, call_s, machine.dram_bandwidth_gbs, "DRAM")
 
 
 def predict_here_shared_cache(cost: ModelCost, machine: MachineFigures, call_s: float) -> Prediction | None:
@@ -439,13 +441,7 @@ def predict_here_shared_cache(cost: ModelCost, machine: MachineFigures, call_s: 
     larger than the private cache that fit in the shared one (None otherwise)."""
     if not (machine.private_cache_bytes < cost.weight_bytes <= machine.shared_cache_bytes):
         return None
-    return predict_s(
-        cost,
-        bandwidth_at(machine, cost.weight_bytes),
-        machine.throughput_gops.get(cost.precision),
-        fixed_here_s(cost, machine, call_s),
-        "shared cache",
-    )
+    return _predict_here_from(cost, machine, call_s, bandwidth_at(machine, cost.weight_bytes), "shared cache")
 
 
 def check_here(cost: ModelCost, machine: MachineFigures, measured_s: float | None, call_s: float = 0.0) -> Check:

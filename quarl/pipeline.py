@@ -161,12 +161,14 @@ class Trial:
         model, vec_normalize = self.load_model()
         actor = actor_from_model(model, vec_normalize)
         fp32 = export_actor(actor, self.dir / "fp32.onnx", self.spec, self.entry)
-        calib_protocol = EvalProtocol(self.spec.calibration_episodes, CALIBRATION_SEED, self.protocol.max_steps)
-        calib = recorded_observations(onnx_policy(fp32), self.episode_env, calib_protocol)
-        write_atomic(self.dir / "calibration_obs.npy", _npy_bytes(calib))
         fp32_returns = self.evaluate(onnx_policy(fp32))
         files = {"fp32": (fp32, 0.0)}
-        if self.quantizes(float(np.mean(fp32_returns)), threshold):
+        calibration_obs = 0
+        if self.quantizes(float(np.mean(fp32_returns)), threshold):  # only quantization needs the calibration
+            calib_protocol = EvalProtocol(self.spec.calibration_episodes, CALIBRATION_SEED, self.protocol.max_steps)
+            calib = recorded_observations(onnx_policy(fp32), self.episode_env, calib_protocol)
+            write_atomic(self.dir / "calibration_obs.npy", _npy_bytes(calib))
+            calibration_obs = len(calib)
             files.update(quantize_files(fp32, calib, self.spec.ptq_targets, self.dir))
         evals = []
         for name, (path, seconds) in files.items():
@@ -178,7 +180,7 @@ class Trial:
                 )
             )
             log(f"{self.spec.name}: {name:<12} mean return {np.mean(returns):9.2f} over {len(returns)} episodes")
-        self.stages.record("onnx", {"policies": [asdict(e) for e in evals], "calibration_obs": len(calib)})
+        self.stages.record("onnx", {"policies": [asdict(e) for e in evals], "calibration_obs": calibration_obs})
         return evals
 
     def ptq_stage(self, bits: int) -> PolicyEval:
