@@ -372,8 +372,11 @@ def shared_cache_bytes(cpu: int = 0, sysfs: Path = Path("/sys/devices/system/cpu
 
 def measure_machine(sizes: list[int]) -> MachineFigures:
     """This machine's figures (run pinned to one core): bandwidth per working-set size and from DRAM, the
-    core's private cache, fp32/fp16/int8 matrix-product throughput and the runtime's cost per operator."""
+    core's private and the shared cache, fp32/fp16/int8 matrix-product throughput and the runtime's cost per
+    operator."""
     import onnxruntime as ort
+
+    affinity = sorted(os.sched_getaffinity(0))
 
     distinct: list[int] = []
     for s in sorted(set(sizes)):  # sizes within 10% of each other share one measurement
@@ -388,8 +391,8 @@ def measure_machine(sizes: list[int]) -> MachineFigures:
         dram_bandwidth_gbs=read_bandwidth_gbs(DRAM_BYTES),
         dram_bytes=DRAM_BYTES,
         throughput_gops={p: gemm_throughput_gops(p) for p in PRECISIONS},
-        private_cache_bytes=private_cache_bytes(sorted(os.sched_getaffinity(0))[0]),
-        shared_cache_bytes=shared_cache_bytes(sorted(os.sched_getaffinity(0))[0]),
+        private_cache_bytes=private_cache_bytes(affinity[0]),
+        shared_cache_bytes=shared_cache_bytes(affinity[0]),
         operator_us=operator_cost_us(quantized=False),
         quantized_operator_us=operator_cost_us(quantized=True),
         method={
@@ -402,7 +405,7 @@ def measure_machine(sizes: list[int]) -> MachineFigures:
         },
         onnxruntime_version=ort.__version__,
         numpy_version=np.__version__,
-        cpu_affinity=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        cpu_affinity=affinity,
     )
 
 
