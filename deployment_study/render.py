@@ -214,9 +214,9 @@ def md_roofline(data: StudyResults) -> str:
             f"This machine, measured in this run (one core): streaming-read bandwidth GB/s at working sets {bw}; "
             f"DRAM ({m.dram_bytes // 2**20} MB) {m.dram_bandwidth_gbs:.1f} GB/s; private cache "
             f"{m.private_cache_bytes // 1024} KB, shared cache {shared}. Matrix-product throughput (onnxruntime, one "
-            f"thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s. Fixed cost: per call "
-            f"{null}; per "
-            f"operator {m.operator_us:.2f} us, per quantized matrix product {m.quantized_operator_us:.2f} us.",
+            f"thread): fp32 {tp['fp32']:.0f}, fp16 {tp['fp16']:.0f}, int8 {tp['int8']:.0f} Gop/s. "
+            f"Fixed cost: per call {null}; per operator {m.operator_us:.2f} us, per quantized matrix product "
+            f"{m.quantized_operator_us:.2f} us.",
             "",
         ]
     where = next((e.check.where for e in entries if e.check), None)
