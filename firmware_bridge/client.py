@@ -57,6 +57,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from firmware_bridge.keys import ClientCurve
 from firmware_bridge.protocol import (
+    HEARTBEAT_IVL_MS,
+    HEARTBEAT_TIMEOUT_MS,
+    HEARTBEAT_TTL_MS,
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     ErrorCode,
@@ -123,6 +126,22 @@ class BridgeRefused(BridgeError):
         self.code = code
         self.detail = detail
         self.request_type = request_type
+
+
+class BridgeBusy(BridgeRefused):
+    """BUSY: the bridge already serves --max-peers other peers; the request was not executed.
+    The connection stays open and is served once a slot frees (docs/protocol.md section 6)."""
+
+    def __init__(self, endpoint: str, detail: str, request_type: str) -> None:
+        super().__init__(endpoint, ErrorCode.BUSY, detail, request_type)
+
+
+def refusal(endpoint: str, reply: dict[str, Any], request_type: str) -> BridgeRefused:
+    """The exception for an error reply: BridgeBusy for BUSY, BridgeRefused for any other code."""
+    code, detail = str(reply.get("code")), str(reply.get("message"))
+    if code == ErrorCode.BUSY:
+        return BridgeBusy(endpoint, detail, request_type)
+    return BridgeRefused(endpoint, code, detail, request_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +244,8 @@ class BridgeClient:
         self._connected = False
         self._connect_refused = False
         self._handshake_failed = False
+        self._handshake_refusal = 0  # the ZAP status of a refused handshake (400: key not allowed)
+        self._lost_since_ns = 0  # when the connection dropped with no reconnect attempt answered since
         # Reliability counters, reported by hil.run.
         self.connections = 0  # TCP connections made, over all sockets: a change means "maybe a new bridge"
         self.disconnects = 0
@@ -243,6 +264,11 @@ class BridgeClient:
         sock.setsockopt(zmq.IPV6, 1)  # so tcp://[::1]:5555 and AAAA-only names work too
         # Queue only on finished connections: nothing piles up while the bridge is away.
         sock.setsockopt(zmq.IMMEDIATE, 1)
+        # ZMTP heartbeats (protocol.py): a bridge that vanished without closing the connection (power
+        # loss, a Wi-Fi drop) is noticed within seconds, and then sends fail at once (IMMEDIATE).
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TTL_MS)
         if self.curve is not None:
             self.curve.apply(sock)
         # The monitor tells us *why* there was no reply (refused, silent, handshake failed) and
@@ -258,7 +284,8 @@ class BridgeClient:
         self._connected = False
         self._connect_refused = False
         self._handshake_failed = False
-        sock.connect(self.endpoint)
+        self._handshake_refusal = 0
+        sock.connect(self.endpoint)  # _lost_since_ns carries over: a fresh socket has not answered yet
         self._socket = sock
 
     def reconnect(self) -> None:
@@ -282,17 +309,23 @@ class BridgeClient:
     def _drain_monitor(self) -> None:
         # EVENTS, not poll(0): called twice per act, and poll builds a Poller each time
         while self._monitor is not None and cast(int, self._monitor.getsockopt(_EVENTS)) & _POLLIN:
-            event = recv_monitor_message(self._monitor)["event"]
+            message = recv_monitor_message(self._monitor)
+            event = message["event"]
             if event == zmq.EVENT_CONNECTED:
-                self._connected, self._connect_refused = True, False
+                self._connected, self._connect_refused, self._lost_since_ns = True, False, 0
+                self._handshake_failed, self._handshake_refusal = False, 0
                 self.connections += 1
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = False
+                self._lost_since_ns = time.monotonic_ns()
                 self.disconnects += 1
             elif event == zmq.EVENT_CONNECT_RETRIED:
-                self._connect_refused = True
+                # The host answered (a refused connection): whatever dropped the link, it was not the link.
+                self._connect_refused, self._lost_since_ns = True, 0
             else:  # one of the handshake failures
                 self._handshake_failed = True
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    self._handshake_refusal = int(message["value"])
 
     @property
     def connected(self) -> bool:
@@ -425,10 +458,23 @@ class BridgeClient:
         )
 
     def _why_no_reply(self) -> str:
+        if self._handshake_refusal == 400:
+            return "the bridge refused this host's CurveZMQ key (not among its allowed clients)"
+        if self._handshake_failed and self.curve is None:
+            return (
+                "the bridge closed the connection during the handshake: its connection cap (twice --max-peers) "
+                "is full, or it is not an airq bridge"
+            )
         if self._handshake_failed or (self.curve is not None and self._connected):
             return (
                 "CurveZMQ handshake did not complete (the bridge's key is not the one given, this host's key "
                 "is not among the bridge's allowed clients, or the bridge runs without keys)"
+            )
+        if self._lost_since_ns:
+            return (
+                f"heartbeat lost: the connection dropped and nothing has answered since "
+                f"(the bridge stopped answering ZMTP heartbeats for {HEARTBEAT_TIMEOUT_MS / 1000:g} s, or "
+                "the link went down: Wi-Fi, power?)"
             )
         if self._connected:
             return "TCP connection was made but the bridge did not answer (busy, or not an airq bridge?)"
@@ -442,7 +488,7 @@ class BridgeClient:
         reply, rtt_ns = self._roundtrip(msg_type, seq, payload, timeout_s or self.timeout_s)
         reply_type = reply.get("type")
         if reply_type == MsgType.ERROR:
-            raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), msg_type)
+            raise refusal(self.endpoint, reply, msg_type)
         if reply_type != msg_type:
             raise BridgeProtocolError(
                 self.endpoint, f"bridge at {self.endpoint} answered {msg_type} with type {reply_type!r}"
@@ -542,7 +588,7 @@ class BridgeClient:
         self.act_rtt_ewma_ns += (rtt_ns - self.act_rtt_ewma_ns) / 8
         if reply.get("type") != MsgType.ACT:
             if reply.get("type") == MsgType.ERROR:
-                raise BridgeRefused(self.endpoint, str(reply.get("code")), str(reply.get("message")), MsgType.ACT)
+                raise refusal(self.endpoint, reply, MsgType.ACT)
             raise BridgeProtocolError(
                 self.endpoint, f"bridge at {self.endpoint} answered act with type {reply.get('type')!r}"
             )

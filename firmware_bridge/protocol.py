@@ -30,13 +30,24 @@ DEFAULT_PORT = 5555
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024
 # A whole policy, assembled from chunks in one staging buffer for the whole device.
 DEFAULT_MAX_MODEL_BYTES = 64 * 1024 * 1024
-# Simultaneous TCP connections; newer ones beyond it are closed at once (firmware_bridge.peers).
+# Peers (connections) served at once; a request from any other peer gets a BUSY reply, and TCP
+# connections beyond twice this many are closed at once (firmware_bridge.peers).
 DEFAULT_MAX_PEERS = 32
 # Complete messages libzmq queues per connection before it stops reading that peer, and replies it
 # queues for a peer that does not read them (ROUTER drops further replies to it).
 RCVHWM_MESSAGES = 2
 SNDHWM_MESSAGES = 16
 HANDSHAKE_TIMEOUT_MS = 5000
+# ZMTP heartbeats, on the bridge and in the reference client (docs/protocol.md section 6). Each side
+# sends a PING after HEARTBEAT_IVL_MS without traffic and closes the connection when nothing at all has
+# arrived HEARTBEAT_TIMEOUT_MS after a PING (TTL: what it asks the other side to allow). So a peer that
+# vanished without closing (a Pi losing power, a Wi-Fi drop) is gone 4-5 s after its last traffic, while
+# a live peer is never dropped unless its round trip exceeds 4 s: Wi-Fi retransmission and roaming
+# stalls stay well below that, and the control loop's own deadline (a fraction of its 0.1 s period)
+# already flies the fail-safe long before.
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 4000
+HEARTBEAT_TTL_MS = 4000
 # Messages up to this much over --max-message-bytes are still read and answered
 # TOO_LARGE (the common "slightly too big" mistake); anything larger is cut
 # off by ZeroMQ itself (ZMQ_MAXMSGSIZE), which drops the connection without a reply.
@@ -76,6 +87,7 @@ class ErrorCode:
     HASH_MISMATCH = "HASH_MISMATCH"  # sha256 of the uploaded bytes != declared sha256
     TOO_LARGE = "TOO_LARGE"  # message over max_message_bytes, or a model over max_model_bytes
     INTERNAL = "INTERNAL"  # bug or runtime failure on the device; the bridge keeps serving
+    BUSY = "BUSY"  # --max-peers other peers are connected: this one is not served (nothing executed)
 
     ALL = frozenset(
         {
@@ -88,6 +100,7 @@ class ErrorCode:
             HASH_MISMATCH,
             TOO_LARGE,
             INTERNAL,
+            BUSY,
         }
     )
 

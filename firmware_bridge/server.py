@@ -1,9 +1,11 @@
 """The bridge's request loop: one ZeroMQ ROUTER socket, one thread, one policy.
 
 ROUTER (not REP) because it never gets stuck in a send/recv state machine and
-answers any number of clients; whatever frames precede the payload (peer
-identity, REQ's empty delimiter) are echoed back untouched, so REQ and DEALER
-clients both work. Every parseable-or-not message gets exactly one reply.
+serves several clients; whatever frames precede the payload (peer identity,
+REQ's empty delimiter) are echoed back untouched, so REQ and DEALER clients
+both work. Every request read from a live connection gets exactly one reply:
+its answer, or a BUSY refusal if its peer is beyond --max-peers (firmware_bridge.peers),
+in which case it never reaches dispatch.
 
 The loop receives with a timeout (RCVTIMEO) instead of blocking forever so the
 hold watchdog runs even when no messages arrive and SIGTERM is noticed quickly.
@@ -18,23 +20,25 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
-from zmq.auth.thread import ThreadAuthenticator
 
 from firmware_bridge import __version__
 from firmware_bridge.actuator import Actuator, HoldWatchdog
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
 from firmware_bridge.int8_kernels import saturation_warning
-from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair
-from firmware_bridge.peers import PeerLimiter
+from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair, load_public_key
+from firmware_bridge.peers import ConnectionGate, PeerTable
 from firmware_bridge.policy import Policy, load_policy
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_MODEL_BYTES,
     DEFAULT_MAX_PEERS,
     HANDSHAKE_TIMEOUT_MS,
+    HEARTBEAT_IVL_MS,
+    HEARTBEAT_TIMEOUT_MS,
+    HEARTBEAT_TTL_MS,
     PROTOCOL_VERSION,
     RCVHWM_MESSAGES,
     SNDHWM_MESSAGES,
@@ -76,6 +80,11 @@ class BridgeConfig:
     # public keys (*.key). Both or neither; without them the bridge is unauthenticated.
     curve_secret_file: str | None = None
     curve_clients_dir: str | None = None
+
+    @property
+    def max_connections(self) -> int:
+        # Room for as many refused peers (each told BUSY) and handshakes as there are admitted peers.
+        return 2 * self.max_peers
 
     @property
     def authenticated(self) -> bool:
@@ -145,31 +154,37 @@ class BridgeServer:
             MsgType.STATUS: self._on_status,
             MsgType.RESET: self._on_reset,
         }
-        self._context = context or zmq.Context.instance()
-        self.authenticator: ThreadAuthenticator | None = None
+        # A context of its own: the ZAP handler's address (inproc://zeromq.zap.01) is one per context.
+        self._own_context = context is None
+        self._context = context if context is not None else zmq.Context()
         self.uploads = UploadSlot(config.max_model_bytes)
-        self.peer_limiter: PeerLimiter | None = None
+        self.gate: ConnectionGate | None = None
         self.socket = self._context.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
         # The memory bound (docs/protocol.md section 6): each connection holds at most one partial
         # frame of MAXMSGSIZE and RCVHWM complete messages (libzmq stops reading a peer whose queue
-        # is full), and the limiter caps the connections.
+        # is full), and the gate caps the connections.
         self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
         self.socket.setsockopt(zmq.RCVHWM, RCVHWM_MESSAGES)
         self.socket.setsockopt(zmq.SNDHWM, SNDHWM_MESSAGES)
         # A connection that has not finished its ZMTP (or CurveZMQ) handshake in this time is dropped,
-        # so a stranger cannot hold one of the --max-peers slots for long.
+        # so a stranger cannot hold a connection slot for long.
         self.socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
+        # ZMTP heartbeats: a peer that vanished without closing (power loss, a Wi-Fi drop) is closed
+        # after HEARTBEAT_TIMEOUT_MS without traffic, which frees its peer slot (protocol.py has the why).
+        self.socket.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+        self.socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        self.socket.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TTL_MS)
         self.socket.setsockopt(zmq.RCVTIMEO, config.poll_timeout_ms)
         self.socket.setsockopt(zmq.IPV6, 1)  # tcp://*:5555 then listens on IPv4 and IPv6
         try:
-            if config.authenticated:
-                self._enable_curve()
-            self.peer_limiter = PeerLimiter(self.socket, config.max_peers)
+            client_keys = self._enable_curve() if config.authenticated else None
+            self.gate = ConnectionGate(self.socket, self._context, config.max_connections, client_keys)
             self.socket.bind(config.bind)
         except BaseException:
             self.close_socket()
             raise
+        self.peers = PeerTable(self.gate, config.max_peers)
         self.endpoint: str = display_endpoint(self.socket.getsockopt_string(zmq.LAST_ENDPOINT))
         if not config.authenticated:
             # Loud on purpose: anyone who can reach this port can upload a policy and fly the vehicle.
@@ -180,22 +195,19 @@ class BridgeServer:
                 self.endpoint,
             )
 
-    def _enable_curve(self) -> None:
-        """CurveZMQ: encrypt everything and admit only clients whose public key is in curve_clients_dir.
+    def _enable_curve(self) -> frozenset[bytes]:
+        """CurveZMQ: encrypt everything; returns the allowed clients' public keys (from curve_clients_dir).
 
-        The ZAP handler (pyzmq's ThreadAuthenticator) runs in a thread of this process and rejects
-        unknown keys during the handshake, so their messages never reach the request loop.
+        The connection gate (firmware_bridge.peers), the socket's ZAP handler, refuses unknown keys
+        during the handshake, so their messages never reach the request loop.
         """
         config = self.config
         if config.curve_clients_dir is None:
             raise KeyFileError("--curve-secret needs --curve-clients (the directory of allowed client keys)")
         public, secret = load_key_pair(config.curve_secret_file or "")
-        allowed = allowed_client_keys(config.curve_clients_dir)
+        allowed = frozenset(load_public_key(path) for path in allowed_client_keys(config.curve_clients_dir))
         if not allowed:
             raise KeyFileError(f"no client keys (*.key) in {config.curve_clients_dir}: nobody could connect")
-        self.authenticator = ThreadAuthenticator(self._context, log=logging.getLogger("firmware_bridge.auth"))
-        self.authenticator.start()
-        self.authenticator.configure_curve(domain="*", location=config.curve_clients_dir)
         self.socket.curve_secretkey = secret
         self.socket.curve_publickey = public
         self.socket.curve_server = True
@@ -205,6 +217,7 @@ class BridgeServer:
             len(allowed),
             config.curve_clients_dir,
         )
+        return allowed
 
     # ------------------------------------------------------------------ loop
 
@@ -238,18 +251,28 @@ class BridgeServer:
         watchdog = self.watchdog
         counters = self.counters
         handle = self.handle_payload
+        peers = self.peers
         monotonic_ns = time.monotonic_ns
         try:
             while not self._stopping:
                 try:
-                    frames = sock.recv_multipart()
+                    # The routing id as a frame: ZMQ_SRCFD says which connection sent it, read only
+                    # for a peer not yet admitted.
+                    routing = sock.recv(copy=False)
                 except zmq.Again:
                     if watchdog.tick(monotonic_ns()):
                         self._on_hold()
                     continue
+                frames = [routing.bytes, *sock.recv_multipart()]
                 recv_ns = monotonic_ns()
                 # Last frame is the payload; anything before it is the routing envelope.
-                frames[-1] = handle(frames[-1], recv_ns)
+                if peers.is_admitted(frames[0]):
+                    frames[-1] = handle(frames[-1], recv_ns)
+                else:
+                    verdict = peers.admit(frames[0], cast(int, routing.get(zmq.SRCFD)), recv_ns)
+                    if verdict is None:  # read after its connection closed: nobody would get the reply
+                        continue
+                    frames[-1] = handle(frames[-1], recv_ns) if verdict else self._busy_reply(frames[-1])
                 sock.send_multipart(frames)
                 if watchdog.tick(monotonic_ns()):
                     self._on_hold()
@@ -257,14 +280,26 @@ class BridgeServer:
             self.close()
         log.info("stopped after %d requests", counters.requests)
 
+    def _busy_reply(self, payload: bytes) -> bytes:
+        """The refusal of a request from a peer beyond --max-peers: never dispatched, one BUSY reply."""
+        self.counters.requests += 1
+        seq = self._seq_or_none(payload)
+        return pack(
+            self._error(
+                seq,
+                ErrorCode.BUSY,
+                f"peer cap full: {self.config.max_peers} peers connected (--max-peers); "
+                "this connection is served once one of them disconnects",
+            )
+        )
+
     def close_socket(self) -> None:
-        if self.peer_limiter is not None:
-            self.peer_limiter.stop()
-            self.peer_limiter = None
+        if self.gate is not None:
+            self.gate.stop()
+            self.gate = None
         self.socket.close(linger=0)
-        if self.authenticator is not None:
-            self.authenticator.stop()
-            self.authenticator = None
+        if self._own_context:
+            self._context.term()
 
     def close(self) -> None:
         self.close_socket()
@@ -282,7 +317,7 @@ class BridgeServer:
         seq: int | None = None
         try:
             if len(payload) > self.config.max_message_bytes:
-                seq = self._seq_of_oversize(payload)
+                seq = self._seq_or_none(payload)
                 raise ProtocolError(
                     ErrorCode.TOO_LARGE,
                     f"message is {len(payload)} bytes, limit is {self.config.max_message_bytes} (--max-message-bytes)",
@@ -301,7 +336,7 @@ class BridgeServer:
         return pack(reply)
 
     @staticmethod
-    def _seq_of_oversize(payload: bytes) -> int | None:
+    def _seq_or_none(payload: bytes) -> int | None:
         try:
             return peek_seq(unpack(payload))
         except ProtocolError:
@@ -363,6 +398,9 @@ class BridgeServer:
             max_message_bytes=self.config.max_message_bytes,
             max_model_bytes=self.config.max_model_bytes,
             max_peers=self.config.max_peers,
+            max_connections=self.config.max_connections,
+            heartbeat_ivl_ms=HEARTBEAT_IVL_MS,
+            heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS,
             hold_timeout_ms=self.config.hold_timeout_ms,
             threads=self.config.threads,
             actuator=self.actuator.name,
@@ -449,11 +487,16 @@ class BridgeServer:
         )
 
     def _peer_stats(self) -> dict[str, int]:
-        limiter = self.peer_limiter
+        gate = self.gate
         return {
-            "connected": limiter.connected if limiter else 0,
+            "connected": gate.connected if gate else 0,
+            "admitted": self.peers.count,
             "max": self.config.max_peers,
-            "refused": limiter.refused if limiter else 0,
+            "max_connections": self.config.max_connections,
+            "refused": gate.refused if gate else 0,
+            "handshakes_refused": gate.handshakes_refused if gate else 0,
+            "busy_replies": self.peers.busy_replies,
+            "dropped_closed": self.peers.dropped_closed,
             "upload_staged_bytes": self.uploads.staged_bytes,
         }
 

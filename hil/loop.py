@@ -20,7 +20,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from firmware_bridge.client import ActResult, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
+from firmware_bridge.client import (
+    ActResult,
+    BridgeBusy,
+    BridgeClient,
+    BridgeError,
+    BridgeRefused,
+    BridgeUnreachable,
+)
 from firmware_bridge.protocol import ErrorCode, sha256_hex
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
@@ -143,6 +150,9 @@ class ControlLink:
                 self._miss(deadline, "policy not verified")
                 return None
             result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
+        except BridgeBusy:
+            self._miss(deadline, "bridge busy: its peer cap is full")  # nothing was executed
+            return None
         except BridgeRefused as exc:
             if exc.code != ErrorCode.NO_POLICY:
                 raise  # a bad observation or policy is a bug to report, not a network fault
@@ -286,6 +296,8 @@ class ControlLink:
                 if event:
                     self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
                     self.emit(**event)
+            except BridgeBusy:
+                time.sleep(min(timeout_s, 0.1))  # served once another peer leaves; until then, as an outage
             except BridgeRefused as exc:
                 if exc.code != ErrorCode.NO_POLICY or self.policy is None:
                     raise
