@@ -58,7 +58,8 @@ def build_parser() -> OneLineArgumentParser:
         "--max-peers",
         type=positive_int,
         default=DEFAULT_MAX_PEERS,
-        help="simultaneous TCP connections; newer ones beyond this are closed at once (bounds memory)",
+        help="peers served at once; a request from any other is answered BUSY and not executed; TCP connections "
+        "beyond twice this many are closed at once (bounds memory)",
     )
     parser.add_argument(
         "--curve-secret",

@@ -310,8 +310,9 @@ def test_study_against_a_device_by_host(tiny_models, tmp_path):
 
 
 def test_study_memory_stage(finished):
-    """The memory stage's results: measured in memory cgroups where this machine allows (CI: root), else
-    skipped with the reason; the study succeeds either way."""
+    """The memory stage's results: measured in memory cgroups where this machine allows (CI: root). Without a
+    memory cgroup the study still succeeds and its section gives the reason, then this test skips with it;
+    AIRQ_REQUIRE_CGROUP=1 makes that a collection error instead (cgroup_support)."""
     out, proc = finished
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((out / "study.json").read_text())
@@ -321,7 +322,7 @@ def test_study_memory_stage(finished):
     if not SUPPORT.available:
         assert mem["status"] == "skipped" and mem["reason"] == SUPPORT.reason
         assert f"**skipped: {SUPPORT.reason}**" in md
-        return
+        pytest.skip(f"no memory cgroup here: {SUPPORT.reason}")
     assert mem["status"] == "done", mem
     fp32, int8 = mem["models"]["fp32"], mem["models"]["int8"]
     assert Path(fp32["path"]).name == "policy1_64x64_fp32.onnx" and Path(int8["path"]).name == "policy1_64x64_int8.onnx"

@@ -605,7 +605,8 @@ TRIGGERS = [
 
 def test_5_the_code_table_is_the_triggered_codes() -> None:
     # INTERNAL is a device-side failure (a bug or an onnxruntime runtime error): no request may cause it.
-    assert DOCUMENTED_CODES == {code for code, _, _ in TRIGGERS} | {"INTERNAL"}
+    # BUSY needs a bridge whose peer cap is full: the section 6 tests below trigger it.
+    assert DOCUMENTED_CODES == {code for code, _, _ in TRIGGERS} | {"INTERNAL", "BUSY"}
 
 
 @pytest.mark.parametrize("code,trigger,message", TRIGGERS, ids=[f"{c}-{t}" for c, t, _ in TRIGGERS])
@@ -669,3 +670,118 @@ def test_9_the_example_exchange(client: DocClient, discrete_model: bytes) -> Non
     error = client.raw(b"\xc1\xff")
     expected = re.search(r"<- \[\"\"\] \[msgpack (\{\"v\":1,\"type\":\"error\".*\})\]", example).group(1)
     assert error == json.loads(expected)
+
+
+# ------------------------------------------------------------------ 1 and 6. refused peers, lost requests
+
+
+def status_counts(endpoint: str) -> tuple[int, int, dict[str, Any]]:
+    """(acts executed, actuator commands, peers map), read over a connection of its own."""
+    probe = DocClient(endpoint)
+    try:
+        reply = probe.call({"v": V, "type": "status", "seq": 1})
+    finally:
+        probe.close()
+    assert reply["type"] == "status", reply
+    return reply["counters"]["acts"], reply["actuator"]["commands_total"], reply["peers"]
+
+
+def drain_replies(sockets: list[zmq.Socket], expected: int, timeout_s: float = 20.0) -> list[list[dict[str, Any]]]:
+    """Every reply each socket receives, until ``expected`` replies in all (or the timeout)."""
+    replies: list[list[dict[str, Any]]] = [[] for _ in sockets]
+    poller = zmq.Poller()
+    for sock in sockets:
+        poller.register(sock, zmq.POLLIN)
+    end = time.monotonic() + timeout_s
+    while sum(map(len, replies)) < expected and time.monotonic() < end:
+        for sock, _ in poller.poll(100):
+            replies[sockets.index(sock)].append(check_reply(msgpack.unpackb(sock.recv_multipart()[-1], raw=False)))
+    return replies
+
+
+def test_6_fifty_pipelining_peers_every_act_answered_or_busy_and_only_answered_acts_move_the_vehicle(
+    start_bridge: Any, discrete_model_file: Path
+) -> None:
+    """Sections 1 and 6 at the default cap: 50 DEALERs pipelining 20 acts each against --max-peers 32."""
+    bridge = start_bridge("--policy", str(discrete_model_file))
+    acts_before, commands_before, _ = status_counts(bridge.endpoint)
+    dealers = [DocClient(bridge.endpoint) for _ in range(50)]
+    try:
+        for dealer in dealers:
+            for seq in range(1, 21):
+                dealer.send(msgpack.packb(act(seq, OBS), use_bin_type=True))
+        replies = drain_replies([d.socket for d in dealers], 50 * 20)
+    finally:
+        for dealer in dealers:
+            dealer.close()
+    acts_after, commands_after, peers = status_counts(bridge.endpoint)
+    answered = sum(r["type"] == "act" for per_socket in replies for r in per_socket)
+    busy = sum(r.get("code") == "BUSY" for per_socket in replies for r in per_socket)
+    print(f"50 x 20 pipelined acts: {answered} answered, {busy} BUSY, {acts_after - acts_before} executed")
+    assert answered + busy == 1000, (answered, busy)  # every request answered or refused out loud
+    assert sum(1 for per_socket in replies if any(r["type"] == "act" for r in per_socket)) == 32
+    assert all(len(per_socket) == 20 for per_socket in replies)
+    assert [r["seq"] for per_socket in replies for r in per_socket] == list(range(1, 21)) * 50  # in order
+    # What moved the vehicle is exactly what was answered: no act executed without its reply.
+    assert acts_after - acts_before == answered == commands_after - commands_before
+    assert peers["busy_replies"] >= busy and peers["max"] == 32 and peers["max_connections"] == 64
+
+
+def test_6_a_refused_peer_never_acts_and_is_served_once_a_slot_frees(
+    start_bridge: Any, discrete_model_file: Path
+) -> None:
+    """--max-peers 2: two pipelining DEALERs hold the slots, 20 more send one act each: BUSY, nothing
+    executed; a REQ client beyond the cap gets BUSY (it does not hang) and is served once a slot frees."""
+    bridge = start_bridge("--policy", str(discrete_model_file), "--max-peers", "2")
+    acts_before, commands_before, _ = status_counts(bridge.endpoint)
+    holders = [DocClient(bridge.endpoint) for _ in range(2)]
+    for holder in holders:
+        assert holder.call(act(1, OBS))["type"] == "act"
+    refused = [DocClient(bridge.endpoint) for _ in range(20)]
+    req = DocClient(bridge.endpoint, zmq.REQ)
+    try:
+        for dealer in refused:
+            dealer.send(msgpack.packb(act(7, OBS), use_bin_type=True))
+        # Connections beyond twice the cap (4) are closed before their handshake: they deliver
+        # nothing while the caps stay full, so only those within it can answer here.
+        replies = drain_replies([d.socket for d in refused], 2, timeout_s=5.0)
+        assert all(r["code"] == "BUSY" and "--max-peers" in r["message"] for rs in replies for r in rs)
+        status = holders[0].call({"v": V, "type": "status", "seq": 2})  # an admitted peer can still ask
+        acts_mid, commands_mid = status["counters"]["acts"], status["actuator"]["commands_total"]
+        assert (acts_mid - acts_before, commands_mid - commands_before) == (2, 2)  # the holders' acts only
+        assert status["peers"]["admitted"] == 2
+        for dealer in refused:
+            dealer.close()
+        refusal = req.call(act(9, OBS))  # REQ: its one request refused out loud, the socket usable again
+        assert (refusal["code"], refusal["seq"]) == ("BUSY", 9)
+        holders.pop().close()
+        deadline = time.monotonic() + 10
+        while (reply := req.call(act(10, OBS)))["type"] != "act":
+            assert reply["code"] == "BUSY" and time.monotonic() < deadline, reply
+            time.sleep(0.05)
+    finally:
+        for client in [*holders, req]:
+            client.close()
+    acts_after, commands_after, _ = status_counts(bridge.endpoint)
+    assert acts_after - acts_before == commands_after - commands_before == 3
+
+
+def test_1_requests_behind_an_oversize_frame_are_lost_with_its_connection(
+    doc_bridge: Any, discrete_model: bytes
+) -> None:
+    """Section 1's first exception: a frame over the transport limit ends its connection, and a valid
+    request pipelined behind it on that connection gets no reply and is not executed."""
+    setup = DocClient(doc_bridge.endpoint)
+    hello = setup.call({"v": V, "type": "hello", "seq": 1})
+    setup.call(upload(2, discrete_model))
+    setup.close()
+    acts_before, _, _ = status_counts(doc_bridge.endpoint)
+    sender = DocClient(doc_bridge.endpoint)
+    try:
+        oversize = hello["max_message_bytes"] + 64 * 1024 + 1024  # past the transport slack
+        sender.send(msgpack.packb({**ENVELOPE_OK, "padding": b"\x00" * oversize}, use_bin_type=True))
+        sender.send(msgpack.packb(act(3, OBS), use_bin_type=True))
+        assert not sender.socket.poll(1500), "a reply came for a request behind an oversize frame"
+    finally:
+        sender.close()
+    assert status_counts(doc_bridge.endpoint)[0] == acts_before
