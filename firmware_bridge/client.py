@@ -246,6 +246,7 @@ class BridgeClient:
         self._handshake_failed = False
         self._handshake_refusal = 0  # the ZAP status of a refused handshake (400: key not allowed)
         self._lost_since_ns = 0  # when the connection dropped with no reconnect attempt answered since
+        self._reconnect_scheduled = False  # a disconnect's own CONNECT_RETRIED event is still to come
         # Reliability counters, reported by hil.run.
         self.connections = 0  # TCP connections made, over all sockets: a change means "maybe a new bridge"
         self.disconnects = 0
@@ -285,6 +286,7 @@ class BridgeClient:
         self._connect_refused = False
         self._handshake_failed = False
         self._handshake_refusal = 0
+        self._reconnect_scheduled = False
         sock.connect(self.endpoint)  # _lost_since_ns carries over: a fresh socket has not answered yet
         self._socket = sock
 
@@ -318,10 +320,14 @@ class BridgeClient:
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = False
                 self._lost_since_ns = time.monotonic_ns()
+                self._reconnect_scheduled = True
                 self.disconnects += 1
             elif event == zmq.EVENT_CONNECT_RETRIED:
-                # The host answered (a refused connection): whatever dropped the link, it was not the link.
-                self._connect_refused, self._lost_since_ns = True, 0
+                if self._reconnect_scheduled:
+                    # libzmq reports the reconnect it schedules after every disconnect this way too.
+                    self._reconnect_scheduled = False
+                else:  # a connect attempt failed: the host answered (refused), so the link is up
+                    self._connect_refused, self._lost_since_ns = True, 0
             else:  # one of the handshake failures
                 self._handshake_failed = True
                 if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:

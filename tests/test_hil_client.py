@@ -19,6 +19,7 @@ import zmq
 from firmware_bridge.client import (
     UPLOAD_ENVELOPE_BYTES,
     ActResult,
+    BridgeBusy,
     BridgeClient,
     BridgeError,
     BridgeProtocolError,
@@ -268,6 +269,35 @@ def test_bridge_gone_mid_session_is_reported_as_refused(model: bytes) -> None:
             client.act(np.zeros(OBS_DIM))
         assert "connection refused" in str(info.value)
         client.close()
+
+
+def test_a_full_peer_cap_is_busy_and_a_full_connection_cap_is_named(model: bytes) -> None:
+    """docs/protocol.md section 8: BUSY raises BridgeBusy (not executed, the same connection served once a
+    slot frees), and a connection the bridge closes during the handshake is named as its connection cap,
+    not as a CurveZMQ failure (the bridge runs without keys)."""
+    with BridgeProcess(["--max-peers", "1"]) as small:
+        holder = BridgeClient(small.endpoint, timeout_s=2.0)
+        holder.load_policy(model)
+        refused = BridgeClient(small.endpoint, timeout_s=2.0, retries=0)
+        with pytest.raises(BridgeBusy, match="peer cap full.*--max-peers") as info:
+            refused.act(np.zeros(OBS_DIM))
+        assert info.value.code == ErrorCode.BUSY and isinstance(info.value, BridgeRefused)
+        # Two connections are open (twice --max-peers): a third is closed during its handshake.
+        third = BridgeClient(small.endpoint, timeout_s=1.0, retries=0)
+        with pytest.raises(BridgeUnreachable, match="closed the connection during the handshake: its connection cap"):
+            third.status()
+        third.close()
+        assert holder.status()["peers"]["busy_replies"] == 1
+        holder.close()
+        deadline = time.monotonic() + 5
+        while True:  # the holder's slot frees: the refused client's own connection is served
+            try:
+                assert isinstance(refused.act(np.zeros(OBS_DIM)).action, int)
+                break
+            except BridgeBusy:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        refused.close()
 
 
 def test_act_within_misses_on_time_and_drops_the_late_reply() -> None:

@@ -59,14 +59,16 @@ class NetnsLink:
         return self
 
     def set_loss(self, percent: int) -> None:
-        """Drop ``percent`` % of the packets entering the namespace (replaces any previous rule)."""
+        """Drop ``percent`` % of the packets entering the namespace (replaces any previous rule);
+        100 drops them all: a link gone silent, as when a Wi-Fi drops, with no FIN or RST."""
+        drop = "counter drop" if percent >= 100 else f"numgen random mod 100 < {int(percent)} counter drop"
         ruleset = (
             "table inet airq_faults\n"
             "delete table inet airq_faults\n"
             "table inet airq_faults {\n"
             "  chain input {\n"
             "    type filter hook input priority 0; policy accept;\n"
-            f"    numgen random mod 100 < {int(percent)} counter drop\n"
+            f"    {drop}\n"
             "  }\n"
             "}\n"
         )

@@ -20,7 +20,9 @@ from netns_link import NetnsLink, netns_unavailable_reason
 from reliability_helpers import NAV_OBS_DIM, episodes, events, hil_run_command, killed_on_exit, run_log, wait_for_log
 from reliability_helpers import finish as finish_within
 
+from firmware_bridge.client import BridgeClient, BridgeUnreachable
 from firmware_bridge.launcher import BridgeProcess
+from firmware_bridge.protocol import HEARTBEAT_IVL_MS, HEARTBEAT_TIMEOUT_MS
 from firmware_bridge.toy_policy import build_mlp_policy
 
 REASON = netns_unavailable_reason()
@@ -129,3 +131,24 @@ def test_stall_and_cut_connection_recover(link: NetnsLink, bridge: BridgeProcess
         f"{rel['retries']} retries, {rel['reconnects']} reconnects, {rel['disconnects']} disconnects, "
         f"{rel['stale_replies']} stale replies"
     )
+
+
+def test_the_client_names_a_lost_heartbeat(tmp_path: Path) -> None:
+    """A link that goes silent (every packet into the namespace dropped): no FIN, no RST. The client's
+    ZMTP heartbeat closes the connection within its timeout, reconnecting gets no answer, and the error
+    says so instead of blaming CurveZMQ or the port."""
+    with NetnsLink() as own_link:
+        process = BridgeProcess(["--log-level", "warning"], host=own_link.ns_ip)
+        process.args = own_link.exec_prefix + process.args
+        with process, BridgeClient(process.endpoint, timeout_s=2.0, retries=0) as client:
+            client.hello()
+            own_link.set_loss(100)
+            lost_at = time.monotonic()
+            while client.connected and time.monotonic() - lost_at < 15:
+                time.sleep(0.1)
+            closed_after_s = time.monotonic() - lost_at
+            print(f"client closed the silent connection after {closed_after_s:.1f} s")
+            assert not client.connected
+            assert closed_after_s <= (HEARTBEAT_IVL_MS + HEARTBEAT_TIMEOUT_MS) / 1000 + 1.5
+            with pytest.raises(BridgeUnreachable, match="heartbeat lost"):
+                client.status()
