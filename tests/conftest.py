@@ -33,7 +33,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # A network namespace with a veth pair and nftables rules, named and addressed (10.231.x.0/30) after the pid
     # (tests/reliability/netns_link.py): two workers could pick the same subnet.
-    "netns": ("tests/reliability/test_network_faults.py",),
+    "netns": ("tests/reliability/test_network_faults.py", "tests/reliability/test_peer_cap.py"),
     # The behaviour-cloned actor and its exports (tests/quantize/conftest.py, session scope): trained once per
     # worker that needs it.
     "quantize-bc-actor": (

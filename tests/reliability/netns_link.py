@@ -7,6 +7,7 @@ nothing outside it is ever affected. Needs root, iproute2 and nftables.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -32,12 +33,16 @@ def _run(*args: str) -> None:
 class NetnsLink:
     """``with NetnsLink() as link: link.exec_prefix + [cmd...]`` runs cmd inside the namespace."""
 
+    _made = itertools.count()  # links of this process so far: several may be up at once
+
     def __init__(self) -> None:
-        tag = os.getpid() % 10000
+        index = next(NetnsLink._made)
+        tag = f"{os.getpid() % 10000}x{index % 100}"
         self.name = f"airq-rel-{tag}"
         self.host_if, self.ns_if = f"aqh{tag}", f"aqd{tag}"  # interface names: at most 15 characters
-        octet = 20 + os.getpid() % 200
-        self.host_ip, self.ns_ip = f"10.231.{octet}.1", f"10.231.{octet}.2"
+        # A /30 of its own per link: the third octet from the process, the fourth from the link's index.
+        octet, base = 20 + os.getpid() % 200, 4 * (index % 64)
+        self.host_ip, self.ns_ip = f"10.231.{octet}.{base + 1}", f"10.231.{octet}.{base + 2}"
 
     @property
     def exec_prefix(self) -> list[str]:

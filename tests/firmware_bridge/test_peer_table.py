@@ -1,0 +1,86 @@
+"""The request loop's admission rules (firmware_bridge.peers.PeerTable), against a gate whose connections
+the test opens and closes: first come first served, BUSY beyond the cap, a slot freed when its connection
+closes, a request read after its connection closed dropped, and a descriptor reused by a newer connection
+never lending the old peer's slot to the new one. The same rules over real sockets:
+tests/firmware_bridge/test_protocol_conformance.py (section 6) and tests/reliability/test_peer_cap.py."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from firmware_bridge.peers import ConnectionGate, PeerTable
+
+
+class Connections:
+    """What PeerTable reads of the gate: the live connection (serial) on each descriptor."""
+
+    def __init__(self) -> None:
+        self.on_fd: dict[int, int] = {}
+        self.next_serial = 1
+
+    def accept(self, fd: int) -> int:
+        self.on_fd[fd], self.next_serial = self.next_serial, self.next_serial + 1
+        return self.on_fd[fd]
+
+    def close(self, fd: int) -> None:
+        del self.on_fd[fd]
+
+    def serial_of(self, fd: int) -> int | None:
+        return self.on_fd.get(fd)
+
+    def is_live(self, serial: int) -> bool:
+        return serial in self.on_fd.values()
+
+
+def table(max_peers: int) -> tuple[PeerTable, Connections]:
+    connections = Connections()
+    return PeerTable(cast(ConnectionGate, cast(Any, connections)), max_peers), connections
+
+
+def test_first_come_first_served_and_busy_beyond_the_cap() -> None:
+    peers, connections = table(2)
+    for fd in (10, 11, 12):
+        connections.accept(fd)
+    assert peers.admit(b"a", 10, 0) is True and peers.admit(b"b", 11, 0) is True
+    assert peers.admit(b"c", 12, 0) is False and peers.busy_replies == 1
+    assert peers.is_admitted(b"a") and not peers.is_admitted(b"c")
+    # Asked again at its next request: still full.
+    assert peers.admit(b"c", 12, 0) is False
+
+
+def test_a_slot_frees_when_its_connection_closes_and_the_refused_peer_is_served_next() -> None:
+    peers, connections = table(1)
+    connections.accept(10)
+    connections.accept(11)
+    assert peers.admit(b"a", 10, 0) is True and peers.admit(b"b", 11, 0) is False
+    connections.close(10)
+    assert not peers.is_admitted(b"a") and peers.count == 0
+    assert peers.admit(b"b", 11, 0) is True
+
+
+def test_a_request_read_after_its_connection_closed_is_dropped() -> None:
+    peers, connections = table(4)
+    connections.accept(10)
+    connections.close(10)
+    assert peers.admit(b"gone", 10, 0) is None and peers.dropped_closed == 1 and peers.count == 0
+
+
+def test_an_admitted_peer_whose_connection_closed_is_not_admitted_any_more() -> None:
+    peers, connections = table(4)
+    connections.accept(10)
+    assert peers.admit(b"a", 10, 0) is True
+    connections.close(10)
+    assert not peers.is_admitted(b"a")  # the loop then asks admit(), which drops it
+    assert peers.admit(b"a", 10, 0) is None
+
+
+def test_a_reused_descriptor_does_not_keep_a_dead_peer_in_its_slot() -> None:
+    # The old peer's first request is read only after its connection closed and a newer connection got
+    # the same descriptor: the old peer is bound to the newer connection. When the newer connection's own
+    # peer arrives, one connection cannot be two peers: the older binding is the dead one and goes.
+    peers, connections = table(1)
+    connections.accept(10)
+    connections.close(10)
+    connections.accept(10)
+    assert peers.admit(b"old", 10, 0) is True
+    assert peers.admit(b"new", 10, 0) is True and not peers.is_admitted(b"old") and peers.count == 1
