@@ -10,6 +10,7 @@
 2. A client flying at 15 Hz with a 50 ms deadline per act misses none while another process opens and closes
    thousands of connections, many beyond --max-peers (told BUSY) and beyond the connection cap (shed): the
    caps refuse newcomers, never the established peer, and every act the bridge executes is answered.
+3. A client behind a slow link (a 3 s round trip, then a stall) is never dropped by the heartbeats.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fault_proxy import FaultProxy
 from netns_link import NetnsLink, netns_unavailable_reason
 
 from firmware_bridge.client import BridgeBusy, BridgeClient
@@ -349,3 +351,28 @@ def test_flying_client_keeps_its_deadline_under_connection_churn(model: Path) ->
     assert delta("counters", "errors") == delta("peers", "busy_replies")
     # The flyer's one connection lived throughout: never shed, never reconnected.
     assert reliability["connections"] == 1 and reliability["disconnects"] == 0 and reliability["reconnects"] == 0
+
+
+def test_a_live_peer_behind_a_slow_link_is_never_dropped(model: Path) -> None:
+    """Heartbeats close silent connections, not slow ones: through a link that holds every byte 1.5 s each
+    way (a 3 s round trip, three quarters of HEARTBEAT_TIMEOUT_MS), and then through a 2.5 s stall, a client
+    keeps its one connection for 12 s and the bridge keeps it admitted."""
+    with (
+        BridgeProcess(["--policy", str(model), "--log-level", "warning"]) as bridge,
+        FaultProxy(("127.0.0.1", int(bridge.endpoint.rsplit(":", 1)[1]))) as proxy,
+        BridgeClient(proxy.endpoint, timeout_s=8.0, retries=0) as client,
+    ):
+        client.hello()
+        proxy.set_latency(1.5)
+        start = time.monotonic()
+        while time.monotonic() - start < 8.0:
+            assert isinstance(client.act(np.zeros(OBS_DIM, np.float32)).action, int)
+            time.sleep(1.0)
+        proxy.set_latency(0.0)
+        proxy.stall(2.5)
+        time.sleep(4.0)
+        status = client.status()
+        counters = client.reliability_counters()
+        print(f"slow link: {time.monotonic() - start:.1f} s, client {counters}, peers {status['peers']}")
+        assert (counters["connections"], counters["disconnects"], proxy.connections_total) == (1, 0, 1)
+        assert status["peers"]["admitted"] == 1
