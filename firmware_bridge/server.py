@@ -271,6 +271,7 @@ class BridgeServer:
                 else:
                     verdict = peers.admit(frames[0], cast(int, routing.get(zmq.SRCFD)), recv_ns)
                     if verdict is None:  # read after its connection closed: nobody would get the reply
+                        counters.requests += 1
                         continue
                     frames[-1] = handle(frames[-1], recv_ns) if verdict else self._busy_reply(frames[-1])
                 sock.send_multipart(frames)
