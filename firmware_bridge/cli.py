@@ -119,6 +119,22 @@ def check_output_dir(path: str | os.PathLike[str], flag: str = "") -> Path:
     return p
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """A result file via a temporary file in its folder and a rename, with the mode open() would give
+    (0666 minus the umask): a reader never sees half a file."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(handle.fileno(), 0o666 & ~umask)
+            handle.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -161,6 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--qat-steps", type=int, default=300_000)
     s.add_argument("--qat-delay", type=int, default=50_000)
     s.add_argument("--out", default=None, type=output_dir, help="output folder (default RUN_DIR/sweep)")
+
+    o = sub.add_parser(
+        "observations",
+        help="what a policy sees in seeded flights, as .npy: the fixed input of python -m firmware_bridge.outputs",
+    )
+    o.add_argument("model", help="the policy that flies (its observations, its action distribution)")
+    o.add_argument("--level", default="default")
+    o.add_argument("--episodes", type=int, default=30)
+    o.add_argument("--seed", type=int, default=None, help="first episode seed (default: the held-out 3000000)")
+    o.add_argument("--rows", type=int, default=2000, help="at most this many observations (a seeded subset)")
+    o.add_argument("-o", "--output", required=True, type=output_file)
     return p
 
 
@@ -242,4 +253,24 @@ def main(argv: list[str] | None = None) -> int:
         from quantize.sweep import run_sweep
 
         run_sweep(args)
+    elif args.command == "observations":
+        import io
+
+        import numpy as np
+
+        from airq_cli import write_atomic
+        from nav_env.config import load_level
+        from quantize.calibration import HELDOUT_SEED, collect_observations
+        from quantize.runtime import policy_fn, session
+
+        if args.episodes < 1 or args.rows < 1:
+            raise QuantizeError(f"--episodes and --rows must be >= 1, got {args.episodes} and {args.rows}")
+        seed = HELDOUT_SEED if args.seed is None else args.seed
+        obs = collect_observations(
+            policy_fn(session(args.model)), load_level(args.level), args.episodes, seed, args.rows
+        )
+        buffer = io.BytesIO()
+        np.save(buffer, obs)
+        write_atomic(args.output, buffer.getvalue())
+        print(f"{len(obs)} observations of {args.level}, episodes {seed}..{seed + args.episodes - 1}: {args.output}")
     return 0

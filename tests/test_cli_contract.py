@@ -43,12 +43,13 @@ MODULES = [
     "firmware_bridge.serve",
     "firmware_bridge.keys",
     "firmware_bridge.systemd",
+    "firmware_bridge.outputs",
     "actorq.bench_weights",
     "actorq.train",
     "actorq.bench",
     "quarl",
 ]
-QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep"]
+QUANTIZE_COMMANDS = ["ptq", "inspect", "bench", "card", "analyze", "qat", "sweep", "observations"]
 
 # (module, argv with OUT where the output path goes, "file" or "dir"). Input files need not exist:
 # the output path is checked while parsing, before anything reads them.
@@ -78,6 +79,8 @@ OUTPUTS = [
     ("hil.bench", ["--policy", "m.onnx", "--out", "OUT"], "file"),
     ("device_emulation.roofline", ["measure", "--out", "OUT"], "file"),
     ("firmware_bridge.keys", ["OUT", "bridge"], "dir"),
+    ("firmware_bridge.outputs", ["record", "m.onnx", "--observations", "o.npy", "-o", "OUT"], "file"),
+    ("quantize", ["observations", "m.onnx", "-o", "OUT"], "file"),
     ("actorq.bench_weights", ["--out", "OUT"], "file"),
     ("actorq.train", ["--out", "OUT"], "dir"),
     ("actorq.bench", ["--bench-out", "OUT"], "dir"),
