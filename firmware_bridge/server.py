@@ -157,6 +157,10 @@ class BridgeServer:
         # A context of its own: the ZAP handler's address (inproc://zeromq.zap.01) is one per context.
         self._own_context = context is None
         self._context = context if context is not None else zmq.Context()
+        if self._context.get(zmq.IO_THREADS) != 1:
+            # The gate answers a handshake only once it has seen that connection's accept, which
+            # libzmq orders so only within one I/O thread (firmware_bridge.peers).
+            raise ValueError("the bridge's ZeroMQ context must have exactly one I/O thread")
         self.uploads = UploadSlot(config.max_model_bytes)
         self.gate: ConnectionGate | None = None
         self.socket = self._context.socket(zmq.ROUTER)

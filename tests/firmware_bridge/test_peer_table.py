@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
+import zmq
+
+from firmware_bridge.actuator import MockFlightController
 from firmware_bridge.peers import ConnectionGate, PeerTable
+from firmware_bridge.server import BridgeConfig, BridgeServer
 
 
 class Connections:
@@ -84,3 +89,13 @@ def test_a_reused_descriptor_does_not_keep_a_dead_peer_in_its_slot() -> None:
     connections.accept(10)
     assert peers.admit(b"old", 10, 0) is True
     assert peers.admit(b"new", 10, 0) is True and not peers.is_admitted(b"old") and peers.count == 1
+
+
+def test_the_bridge_refuses_a_context_with_more_than_one_io_thread() -> None:
+    # With two I/O threads a handshake could reach the gate before the gate sees its connection's accept.
+    context = zmq.Context(io_threads=2)
+    try:
+        with pytest.raises(ValueError, match="exactly one I/O thread"):
+            BridgeServer(BridgeConfig(bind="tcp://127.0.0.1:*"), MockFlightController(), context)
+    finally:
+        context.term()
