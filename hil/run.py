@@ -49,6 +49,8 @@ from hil.loop import (
     MAX_OUTAGE_S,
     ControlLink,
     Event,
+    Latency,
+    Lockstep,
     LoopRecord,
     LoopTiming,
     PolicyUpload,
@@ -679,17 +681,18 @@ def _fly_policy(
             log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
             progress.episode_done(rec)
 
-        timing = None
+        timing: LoopTiming = Lockstep()
         if latency is not None:
             period = 1.0 / args.rate_hz if args.rate_hz else None
-            timing = LoopTiming(latency, period_s=period, device_rate=args.device_rate)
+            timing = Latency(latency, period_s=period, device_rate=args.device_rate)
             report.setdefault("timing_by_policy", {})[path] = timing.describe()
         rec = run_closed_loop(
             client,
             cfg,
             todo,
             args.seed,
-            None if timing else args.rate_hz,  # with latency the simulated clock runs apart from the wall's
+            # with latency the simulated clock runs apart from the wall's
+            rate_hz=None if isinstance(timing, Latency) else args.rate_hz,
             on_episode=on_episode,
             env=env,
             link=link,
