@@ -71,7 +71,7 @@ from hil.report import (
     write_report,
 )
 from nav_env.backends import BACKENDS, make_env
-from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
+from nav_env.config import ConfigError, NavConfig, load_level
 from nav_env.latency import LatencySource, parse_latency
 
 
@@ -262,9 +262,38 @@ def parse_resume_args(argv: list[str]) -> RunArgs:
     return args
 
 
-def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile, list[LatencySource] | None]:
-    """The level, the resource profile and, with --timing latency, each policy's delay source (resolved
-    once here: a replay picks its run, a profile predicts the model's time); UserError for a bad argument."""
+@dataclass(frozen=True)
+class LatencyTiming:
+    """``--timing latency``, resolved: each policy's delay in --policy order (a replay's run of that model
+    picked, a profile's time for that model predicted), and what the report says of the whole."""
+
+    spec: str  # --latency as given
+    policies: tuple[Latency, ...]
+    rate_hz: float | None  # --rate-hz: the simulated control period here, not a pace on the wall clock
+    device_rate: bool
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": "latency", "source": self.spec, "device_rate": self.device_rate, "rate_hz": self.rate_hz}
+
+
+Timing = Lockstep | LatencyTiming  # --timing: the simulated world waits for each act, or keeps flying
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What :func:`check_args` resolves from the arguments, once; every later decision reads it."""
+
+    cfg: NavConfig
+    profile: DeviceProfile
+    timing: Timing
+    deadline_s: float  # per act
+    pace_hz: float | None  # the loop's pace on the wall clock (None: free-running)
+
+
+def check_args(args: RunArgs) -> RunSetup:
+    """The level, the resource profile, the timing (with --timing latency each policy's delay source, resolved
+    once here: a replay picks its run, a profile predicts the model's time) and the act deadline; UserError
+    for a bad argument."""
     for path in args.policy:
         if not Path(path).is_file():
             raise UserError(f"policy file not found: {path}")
@@ -292,28 +321,49 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile, list[LatencySou
         raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
     if args.bridge_key is not None and args.sim_only:
         raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
-    if args.timing == "lockstep" and (args.latency != "measured" or args.device_rate):
-        raise UserError("--latency and --device-rate apply to --timing latency")
-    if args.timing == "latency":
-        if args.backend != "embedded":
-            raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
-        if args.device_rate and args.rate_hz is not None:
-            raise UserError("--device-rate and --rate-hz are two different periods: give one")
-        sources = [policy_latency(args.latency, path) for path in args.policy]  # one-line error for a bad source
-        if args.device_rate and any(s.kind in ("fixed", "profile") and s.fixed_s == 0 for s in sources):
-            raise UserError("--device-rate with a delay of 0 would never let time pass")
+    timing = _check_timing(args)
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
     except (ConfigError, ProfileError) as e:
         raise UserError(str(e)) from None
-    return cfg, profile, sources if args.timing == "latency" else None
+    if args.deadline_ms:
+        deadline_s = args.deadline_ms / 1e3
+    elif isinstance(timing, LatencyTiming):
+        deadline_s = args.timeout_s  # a late action is flown late, not replaced: only a lost one is a miss
+    else:
+        deadline_s = default_deadline_s(cfg, args.rate_hz)
+    # with latency the simulated clock runs apart from the wall's: --rate-hz is its period, nothing paces the loop
+    pace_hz = None if isinstance(timing, LatencyTiming) else args.rate_hz
+    return RunSetup(cfg, profile, timing, deadline_s, pace_hz)
 
 
-def policy_latency(spec: str, path: str) -> LatencySource:
-    """``--latency SPEC`` for one policy: a replay takes the report's run of the same model, a profile
+def _check_timing(args: RunArgs) -> Timing:
+    """--timing, --latency and --device-rate as one value; a replay's report is read once, here."""
+    if args.timing == "lockstep":
+        if args.latency != "measured" or args.device_rate:
+            raise UserError("--latency and --device-rate apply to --timing latency")
+        return Lockstep()
+    if args.backend != "embedded":
+        raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
+    if args.device_rate and args.rate_hz is not None:
+        raise UserError("--device-rate and --rate-hz are two different periods: give one")
+    source = parse_latency(args.latency)  # one-line error for a bad source
+    sources = [policy_latency(source, path) for path in args.policy]
+    if args.device_rate and any(s.kind in ("fixed", "profile") and s.fixed_s == 0 for s in sources):
+        raise UserError("--device-rate with a delay of 0 would never let time pass")
+    period_s = 1.0 / args.rate_hz if args.rate_hz else None
+    return LatencyTiming(
+        spec=args.latency,
+        policies=tuple(Latency(s, period_s=period_s, device_rate=args.device_rate) for s in sources),
+        rate_hz=args.rate_hz,
+        device_rate=args.device_rate,
+    )
+
+
+def policy_latency(source: LatencySource, path: str) -> LatencySource:
+    """A ``--latency`` source for one policy: a replay takes the report's run of the same model, a profile
     predicts this model's time on the board (device_emulation.roofline; a prediction, labelled so)."""
-    source = parse_latency(spec)
     onnx = Path(path).read_bytes()
     if source.kind != "profile":
         return source.for_policy(sha256_hex(onnx), Path(path).name)
@@ -411,15 +461,10 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         notes.append(text)
         progress.note(f"note: {text}")
 
-    cfg, profile, latency_sources = check_args(args)
+    setup = check_args(args)
+    cfg, profile, deadline_s = setup.cfg, setup.profile, setup.deadline_s
     out_dir = Path(args.out)
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
-    if args.deadline_ms:
-        deadline_s = args.deadline_ms / 1e3
-    elif args.timing == "latency":
-        deadline_s = args.timeout_s  # a late action is flown late, not replaced: only a lost one is a miss
-    else:
-        deadline_s = default_deadline_s(cfg, args.rate_hz)
     log_path = out_dir / RUN_LOG
     earlier = (
         EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
@@ -446,9 +491,7 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         "obs_dim": cfg.obs_dim,
         "deadline_ms": deadline_s * 1e3,
         # lockstep: the world waited for each act; latency: each action landed its act's delay late
-        "timing": {"mode": "lockstep"}
-        if args.timing == "lockstep"
-        else {"mode": "latency", "source": args.latency, "device_rate": args.device_rate, "rate_hz": args.rate_hz},
+        "timing": setup.timing.describe(),
         "run_log": str(log_path),
         "host_versions": package_versions(),  # this side's packages; the device's are in device.device
         "device": None,
@@ -492,9 +535,8 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                 env = _make_env(args, cfg)
                 report["backend"] = args.backend
             progress.policy_started(path, len(todo))
-            source = latency_sources[index] if latency_sources else None
             rec, load = _fly_policy(
-                args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report, progress, source
+                args, setup, env, log, index, path, onnx, todo, report, progress, _policy_timing(setup.timing, index)
             )
             progress.policy_ended()
             records.append(rec)
@@ -522,6 +564,11 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
     finally:
         log.close()
     return RunResult(out_dir, report, notes=tuple(notes), warnings=tuple(report.get("warnings") or ()))
+
+
+def _policy_timing(timing: Timing, index: int) -> LoopTiming:
+    """How the policy at ``index`` flies: lockstep like every other, or with its own delay source."""
+    return timing.policies[index] if isinstance(timing, LatencyTiming) else timing
 
 
 def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
@@ -611,21 +658,20 @@ def _report_matches(path: Path, policy_bytes: list[bytes], done: dict[int, list[
 
 def _fly_policy(
     args: RunArgs,
-    profile: DeviceProfile,
-    cfg: NavConfig,
+    setup: RunSetup,
     env: Any,
     log: RunLog,
     index: int,
     path: str,
     onnx: bytes,
     todo: list[int],
-    deadline_s: float,
     report: dict,
     progress: RunProgress,
-    latency: LatencySource | None,
+    timing: LoopTiming,
 ) -> tuple[LoopRecord, dict[str, Any]]:
     """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
-    with (device := Device(args, profile)) as client:
+    cfg, deadline_s = setup.cfg, setup.deadline_s
+    with (device := Device(args, setup.profile)) as client:
 
         def log_event(event: Event) -> None:
             log.append(event, durable=False)  # visible to readers at once; only episodes need fsync
@@ -681,18 +727,14 @@ def _fly_policy(
             log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
             progress.episode_done(rec)
 
-        timing: LoopTiming = Lockstep()
-        if latency is not None:
-            period = 1.0 / args.rate_hz if args.rate_hz else None
-            timing = Latency(latency, period_s=period, device_rate=args.device_rate)
+        if isinstance(timing, Latency):
             report.setdefault("timing_by_policy", {})[path] = timing.describe()
         rec = run_closed_loop(
             client,
             cfg,
             todo,
             args.seed,
-            # with latency the simulated clock runs apart from the wall's
-            rate_hz=None if isinstance(timing, Latency) else args.rate_hz,
+            rate_hz=setup.pace_hz,
             on_episode=on_episode,
             env=env,
             link=link,
