@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from firmware_bridge.toy_policy import build_mlp_policy
 from hil.report import PolicySummary
 
 SHAPES = Path(__file__).with_name("report_shape.json")
@@ -37,20 +36,11 @@ def key_paths(value, prefix=""):
     return paths
 
 
-@pytest.fixture(scope="module")
-def policies(tmp_path_factory):
-    d = tmp_path_factory.mktemp("policies")
-    small, big = d / "small.onnx", d / "big.onnx"
-    small.write_bytes(build_mlp_policy(1032, 32, seed=1))
-    big.write_bytes(build_mlp_policy(1032, 64, seed=2))
-    return small, big
-
-
 @pytest.mark.parametrize(
     ("timing", "extra"), [("lockstep", []), ("latency", ["--timing", "latency", "--latency", "fixed:5"])]
 )
-def test_report_json_keeps_its_shape(policies, tmp_path, timing, extra):
-    small, big = policies
+def test_report_json_keeps_its_shape(toy_policies, tmp_path, timing, extra):
+    small, big = toy_policies
     argv = ["--policy", small, "--policy", big, "--sim-only", "--episodes", "2", "--level", "easy", "--max-steps", "40"]
     r = subprocess.run(
         [sys.executable, "-m", "hil.run", "--quiet", *map(str, argv + extra), "--out", str(tmp_path)],

@@ -7,19 +7,14 @@ from pathlib import Path
 import pytest
 
 from firmware_bridge.protocol import sha256_hex
-from firmware_bridge.toy_policy import build_mlp_policy
 from hil.loop import DEADLINE_FRACTION, Latency, Lockstep
 from hil.run import LatencyTiming, RunArgs, check_args
 from nav_env.latency import QUANTILE_LEVELS
 
 
 @pytest.fixture(scope="module")
-def policies(tmp_path_factory):
-    d = tmp_path_factory.mktemp("policies")
-    small, big = d / "small.onnx", d / "big.onnx"
-    small.write_bytes(build_mlp_policy(1032, 32, seed=1))
-    big.write_bytes(build_mlp_policy(1032, 64, seed=2))
-    return str(small), str(big)
+def policies(toy_policies):
+    return tuple(str(p) for p in toy_policies)
 
 
 def test_lockstep_paces_the_wall_clock(policies):
