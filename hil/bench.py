@@ -164,13 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                         run = summarize_run(path, rec, load)
                         row = {
                             "repeat": rep,
-                            "actuation_hz": run["actuation_hz"],
-                            "steps": run["steps"],
-                            "deadline_misses": run["deadline_misses"],
-                            "overhead_p50_us": run["overhead_us"]["p50"],
-                            "round_trip_p50_us": run["round_trip_us"]["p50"],
-                            "device_inference_p50_us": run["device_inference_us"]["p50"],
-                            "success_rate": run["outcomes"]["success_rate"],
+                            "actuation_hz": run.actuation_hz,
+                            "steps": run.steps,
+                            "deadline_misses": run.deadline_misses,
+                            "overhead_p50_us": run.overhead_us["p50"],
+                            "round_trip_p50_us": run.round_trip_us["p50"],
+                            "device_inference_p50_us": run.device_inference_us["p50"],
+                            "success_rate": run.outcomes["success_rate"],
                         }
                         got = samples[(path, spin)]
                         got["rtt"] += rec.rtt_ns

@@ -16,8 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
+import gymnasium as gym
 import numpy as np
 
 from firmware_bridge.client import (
@@ -34,6 +35,9 @@ from nav_env.backends import make_env
 from nav_env.config import NavConfig
 from nav_env.latency import LatencySource
 from nav_env.rollout import EpisodeResult, episode_outcome
+
+if TYPE_CHECKING:
+    from nav_env.env import NavEnv
 
 STATUS_PERIOD_S = 0.5  # how often device memory is sampled during a run
 DEADLINE_FRACTION = 0.8  # of the control period: the rest is for stepping the simulator
@@ -325,8 +329,23 @@ class LoopRecord:
     client_counters: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class LoopTiming:
+@dataclass(frozen=True)
+class Lockstep:
+    """``--timing lockstep``: the simulated world waits for every act, so each action lands on the observation
+    it was computed for; nothing to do around a step."""
+
+    def start_episode(self, seed: int) -> None:
+        pass
+
+    def before_step(self, env: gym.Env, result: ActResult | None, deadline_s: float) -> None:
+        pass
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": "lockstep"}
+
+
+@dataclass(frozen=True)
+class Latency:
     """``--timing latency``: each act's delay (from ``source``) is flown as the action's delay in the simulator;
     ``period_s`` is the control period in simulated seconds (None: the level's ``vehicle.dt``), or with
     ``device_rate`` each step lasts until the action lands (the next observation is taken then)."""
@@ -335,9 +354,22 @@ class LoopTiming:
     period_s: float | None = None
     device_rate: bool = False
 
-    def describe(self) -> dict:
+    def start_episode(self, seed: int) -> None:
+        self.source.start_episode(seed)
+
+    def before_step(self, env: gym.Env, result: ActResult | None, deadline_s: float) -> None:
+        # a missed act: the fail-safe (hover) takes over when its deadline passes
+        delay = deadline_s if result is None else self.source.delay_s(result.rtt_ns)
+        # hil.run flies latency on the embedded simulator only (check_args), whose env has set_latency
+        nav = cast("NavEnv", env.unwrapped)
+        nav.set_latency(delay, max(delay, 1e-6) if self.device_rate else self.period_s)
+
+    def describe(self) -> dict[str, Any]:
         period = "device (the next observation when the action lands)" if self.device_rate else self.period_s
         return {"mode": "latency", **self.source.describe(), "period_s": period}
+
+
+LoopTiming = Lockstep | Latency  # how the simulated world's time relates to the device's acts
 
 
 def run_closed_loop(
@@ -345,19 +377,19 @@ def run_closed_loop(
     cfg: NavConfig,
     episodes: int | Sequence[int],
     seed: int,
+    *,
     rate_hz: float | None = None,
     keep_trajectories: int = 3,
     on_episode: Callable[[EpisodeResult, LoopRecord], None] | None = None,
-    env=None,
-    *,
+    env: gym.Env | None = None,
     link: ControlLink | None = None,
     deadline_s: float | None = None,
-    timing: LoopTiming | None = None,
+    timing: LoopTiming = Lockstep(),
 ) -> LoopRecord:
     """Fly seeded episodes (a count, or the episode indices to fly); ``env`` defaults to the embedded
-    simulator for ``cfg``. ``link`` brings fail-safe recovery (policy re-upload, supervisor, events);
-    without one a plain link with the default deadline is used. ``timing``: fly with latency (LoopTiming);
-    without it, lockstep (the simulated world waits for every act)."""
+    simulator for ``cfg``. ``rate_hz`` paces the loop on the wall clock (None: free-running). ``link`` brings
+    fail-safe recovery (policy re-upload, supervisor, events); without one a plain link with the default
+    deadline is used. ``timing``: lockstep (the simulated world waits for every act) or Latency."""
     env = env if env is not None else make_env(cfg, render_mode="rgb_array")
     link = link or ControlLink(client, deadline_s or default_deadline_s(cfg, rate_hz))
     indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
@@ -373,8 +405,7 @@ def run_closed_loop(
     for n, j in enumerate(indices):
         acts_before, overruns_before = len(rec.rtt_ns), rec.overruns
         obs, info = env.reset(seed=seed + j)
-        if timing is not None:
-            timing.source.start_episode(seed + j)
+        timing.start_episode(seed + j)
         link.context.update(episode=j, step=0)
         link.call("reset", lambda t: client.reset(timeout_s=t))
         link.episode_outage = False
@@ -385,13 +416,10 @@ def run_closed_loop(
         while not done:
             link.context["step"] = steps
             result = link.act(obs)
-            if timing is not None:
-                # a missed act: the fail-safe (hover) takes over when its deadline passes
-                delay = link.deadline_s if result is None else timing.source.delay_s(result.rtt_ns)
-                env.unwrapped.set_latency(delay, max(delay, 1e-6) if timing.device_rate else timing.period_s)
+            timing.before_step(env, result, link.deadline_s)
             obs, reward, terminated, truncated, info = env.step(hover if result is None else result.action)
             steps += 1
-            ret += reward
+            ret += float(reward)
             done = terminated or truncated
             if result is not None:
                 rec.rtt_ns.append(result.rtt_ns)
@@ -443,7 +471,7 @@ def run_closed_loop(
         if n < keep_trajectories and hasattr(env, "trajectory"):
             rec.trajectories[j] = np.array(env.trajectory)
             frame = env.render()
-            if frame is not None:
+            if isinstance(frame, np.ndarray):  # rgb_array: one picture
                 rec.frames[j] = frame
         now = time.perf_counter()
         if now >= next_status or n == len(indices) - 1:

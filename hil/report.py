@@ -13,7 +13,7 @@ import json
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,13 +118,97 @@ def episode_row(ep: EpisodeResult, extra: dict[str, Any]) -> dict[str, Any]:
     return asdict(ep) | extra
 
 
+@dataclass(frozen=True)
+class Reliability:
+    """What one policy's run lived through and how the loop recovered: report.json's ``runs[].reliability``."""
+
+    deadline_ms: float | None
+    deadline_misses: int
+    failsafe_steps: int
+    outages: int
+    outage_s: float
+    policy_reuploads: int
+    bridge_restarts: int
+    episodes_spanning_outage: list[int]
+    # BridgeClient.reliability_counters that were measured (CLIENT_COUNTS): report.json has them beside the
+    # fields above, and only those measured (a run resumed from an older log may lack some)
+    client: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["client"]
+        return out | self.client
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reliability:
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls) if f.name != "client"}
+        return cls(**values, client={k: data[k] for k in CLIENT_COUNTS if k in data})
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The bridge's memory while the policy ran: report.json's ``runs[].device_memory``."""
+
+    rss_bytes: int
+    peak_rss_bytes: int
+    model_rss_bytes: int | None
+    samples: list[list[float]]  # [seconds into the run, rss, peak rss]
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """One policy's results over the run's episodes: an element of report.json's ``runs``."""
+
+    policy: str
+    sha256: str | None
+    model_bytes: int | None
+    obs_dim: int | None
+    load_ms: float | None
+    outcomes: dict[str, Any]  # nav_env.rollout.summarize
+    steps: int
+    acts: int
+    actuation_hz: float
+    round_trip_us: dict[str, float]  # percentiles_us
+    round_trip_quantiles_us: list[float] | None  # for --latency replay:THIS_REPORT
+    device_inference_us: dict[str, float]
+    overhead_us: dict[str, float]
+    deadline_misses: int
+    overruns: int
+    reliability: Reliability
+    device_memory: DeviceMemory
+    device_counters: dict[str, int | None]
+    act_seq_increasing: bool
+    episodes: list[dict[str, Any]]  # report_row of each episode
+
+    def to_json(self, *, episodes: bool = True) -> dict[str, Any]:
+        """report.json's shape; without ``episodes`` it is what the run log's policy_end record keeps."""
+        out = asdict(self) | {"reliability": self.reliability.to_json()}
+        if not episodes:
+            del out["episodes"]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PolicySummary:
+        """A summary as to_json wrote it (report.json, a policy_end record with the episodes added back); a
+        field a log of an earlier version lacks reads as None."""
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(
+            **values
+            | {
+                "reliability": Reliability.from_json(data.get("reliability") or {}),
+                "device_memory": DeviceMemory(**data["device_memory"]),
+                "episodes": data.get("episodes") or [],
+            }
+        )
+
+
 def summarize_run(
     name: str,
     rec: LoopRecord,
     load: dict[str, Any],
     prior_rows: list[dict[str, Any]] | None = None,
     deadline_s: float | None = None,
-) -> dict[str, Any]:
+) -> PolicySummary:
     """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log).
     Reliability counts, latency and the act rate add up every session: the earlier ones from their
     per-episode rows (which carry counter shares and latency samples; rows logged before they did
@@ -147,47 +231,47 @@ def summarize_run(
         end = {"rss_bytes": memory[-1][1], "peak_rss_bytes": memory[-1][2]}
     peaks = [m[2] for m in memory] + [int(end.get("peak_rss_bytes") or 0)]
     seqs = np.asarray(rec.seqs)
-    return {
-        "policy": name,
-        "sha256": load.get("sha256"),
-        "model_bytes": load.get("size_bytes"),
-        "obs_dim": load.get("obs_dim"),
-        "load_ms": load.get("load_ms"),
-        "outcomes": summarize(episodes),
-        "steps": steps,
-        "acts": acts,
-        "actuation_hz": acts / loop_s if loop_s else 0.0,
-        "round_trip_us": percentiles_us(rtt_ns),
-        "round_trip_quantiles_us": round_trip_quantiles_us(rtt_ns),  # for --latency replay:THIS_REPORT
-        "device_inference_us": percentiles_us(infer_ns),
-        "overhead_us": percentiles_us(overhead),
-        "deadline_misses": rec.deadline_misses + _prior(prior, "failsafe_steps"),
-        "overruns": rec.overruns + _prior(prior, "overruns"),
-        "reliability": {
-            "deadline_ms": deadline_s * 1e3 if deadline_s else None,
-            "deadline_misses": rec.deadline_misses + _prior(prior, "failsafe_steps"),
-            "failsafe_steps": sum(int(r.get("failsafe_steps") or 0) for r in rows),
-            "outages": rec.link.outages + _prior(prior, "outages"),
-            "outage_s": round(rec.link.outage_s + _prior(prior, "outage_s"), 3),
-            "policy_reuploads": rec.link.policy_uploads + _prior(prior, "policy_uploads"),
-            "bridge_restarts": rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
-            "episodes_spanning_outage": [r["episode"] for r in rows if r.get("spans_outage")],
-            **{
+    return PolicySummary(
+        policy=name,
+        sha256=load.get("sha256"),
+        model_bytes=load.get("size_bytes"),
+        obs_dim=load.get("obs_dim"),
+        load_ms=load.get("load_ms"),
+        outcomes=summarize(episodes),
+        steps=steps,
+        acts=acts,
+        actuation_hz=acts / loop_s if loop_s else 0.0,
+        round_trip_us=percentiles_us(rtt_ns),
+        round_trip_quantiles_us=round_trip_quantiles_us(rtt_ns),
+        device_inference_us=percentiles_us(infer_ns),
+        overhead_us=percentiles_us(overhead),
+        deadline_misses=rec.deadline_misses + _prior(prior, "failsafe_steps"),
+        overruns=rec.overruns + _prior(prior, "overruns"),
+        reliability=Reliability(
+            deadline_ms=deadline_s * 1e3 if deadline_s else None,
+            deadline_misses=rec.deadline_misses + _prior(prior, "failsafe_steps"),
+            failsafe_steps=sum(int(r.get("failsafe_steps") or 0) for r in rows),
+            outages=rec.link.outages + _prior(prior, "outages"),
+            outage_s=round(rec.link.outage_s + _prior(prior, "outage_s"), 3),
+            policy_reuploads=rec.link.policy_uploads + _prior(prior, "policy_uploads"),
+            bridge_restarts=rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
+            episodes_spanning_outage=[r["episode"] for r in rows if r.get("spans_outage")],
+            client={
                 k: rec.client_counters.get(k, 0) + _prior(prior, k)
                 for k in CLIENT_COUNTS
                 if k in rec.client_counters or any(k in r for r in prior)
             },
-        },
-        "device_memory": {
-            "rss_bytes": int(end.get("rss_bytes") or 0),
-            "peak_rss_bytes": max(peaks),
-            "model_rss_bytes": end.get("model_rss_delta_bytes"),
-            "samples": [[round(t, 4), rss, peak] for t, rss, peak in memory],
-        },
-        "device_counters": {k: (end.get("counters") or {}).get(k) for k in ("acts", "errors", "holds")},
-        "act_seq_increasing": bool(len(seqs) < 2 or np.all(np.diff(seqs) > 0)),
-        "episodes": [report_row(r) for r in rows],
-    }
+        ),
+        device_memory=DeviceMemory(
+            rss_bytes=int(end.get("rss_bytes") or 0),
+            peak_rss_bytes=max(peaks),
+            model_rss_bytes=end.get("model_rss_delta_bytes"),
+            samples=[[round(t, 4), rss, peak] for t, rss, peak in memory],
+        ),
+        device_counters={k: (end.get("counters") or {}).get(k) for k in ("acts", "errors", "holds")},
+        act_seq_increasing=bool(len(seqs) < 2 or np.all(np.diff(seqs) > 0)),
+        episodes=[report_row(r) for r in rows],
+    )
 
 
 CLIENT_COUNTS = (
@@ -218,29 +302,97 @@ def _prior(rows: list[dict[str, Any]] | None, name: str) -> Any:
     return sum(r.get(name) or 0 for r in rows or [])
 
 
-def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Comparison:
+    """One policy against the run's first (the baseline): an element of report.json's ``comparisons``."""
+
+    policy: str
+    against: str
+    inference_speedup: float | None  # device inference p50, baseline over this policy
+    actuation_rate_ratio: float | None
+    peak_rss_ratio: float | None  # baseline over this policy: a memory saving above 1
+    model_size_ratio: float | None
+    success_difference: dict[str, float] | None  # nav_env.stats.paired_difference; None: episodes differ
+
+
+def compare(runs: list[PolicySummary]) -> list[Comparison]:
     """Each run against the first: speed-up, memory ratio and the paired success difference."""
     base = runs[0]
     out = []
-    base_success = [e["outcome"] == "success" for e in base["episodes"]]
+    base_success = [e["outcome"] == "success" for e in base.episodes]
     for run in runs[1:]:
-        success = [e["outcome"] == "success" for e in run["episodes"]]
+        success = [e["outcome"] == "success" for e in run.episodes]
         out.append(
-            {
-                "policy": run["policy"],
-                "against": base["policy"],
-                "inference_speedup": _ratio(base["device_inference_us"]["p50"], run["device_inference_us"]["p50"]),
-                "actuation_rate_ratio": _ratio(run["actuation_hz"], base["actuation_hz"]),
-                "peak_rss_ratio": _ratio(
-                    base["device_memory"]["peak_rss_bytes"], run["device_memory"]["peak_rss_bytes"]
-                ),
-                "model_size_ratio": _ratio(base["model_bytes"] or 0, run["model_bytes"] or 0),
-                "success_difference": paired_difference(np.asarray(base_success), np.asarray(success))
+            Comparison(
+                policy=run.policy,
+                against=base.policy,
+                inference_speedup=_ratio(base.device_inference_us["p50"], run.device_inference_us["p50"]),
+                actuation_rate_ratio=_ratio(run.actuation_hz, base.actuation_hz),
+                peak_rss_ratio=_ratio(base.device_memory.peak_rss_bytes, run.device_memory.peak_rss_bytes),
+                model_size_ratio=_ratio(base.model_bytes or 0, run.model_bytes or 0),
+                success_difference=paired_difference(np.asarray(base_success), np.asarray(success))
                 if len(success) == len(base_success)
                 else None,
-            }
+            )
         )
     return out
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy's part of a run: its summary, the samples its figures are drawn from, and what flying it
+    told about the device (a policy finished in an earlier session has only what the log kept)."""
+
+    summary: PolicySummary
+    record: LoopRecord
+    device: dict[str, Any] | None = None  # the bridge's hello: device, versions, threads, actuator
+    warning: str | None = None  # e.g. an int8 scheme the device's kernels do not compute exactly
+    timing: dict[str, Any] | None = None  # --timing latency: the delay this policy flew (Latency.describe)
+
+
+@dataclass(frozen=True)
+class Report:
+    """report.json: the run's settings, then each policy's summary and the comparisons with the first."""
+
+    command: str
+    date: str
+    args: dict[str, Any]  # hil.run's RunArgs
+    mode: str
+    profile: dict[str, Any] | None  # --sim-only: the resource profile
+    level: str
+    obs_dim: int
+    deadline_ms: float
+    timing: dict[str, Any]  # lockstep, or latency and its source
+    run_log: str
+    host_versions: dict[str, str]  # this side's packages; the device's are in device.device
+    device: dict[str, Any] | None  # the bridge's hello, from the first policy that reached it
+    runs: list[PolicySummary]
+    comparisons: list[Comparison]
+    backend: str  # the simulator
+    warnings: list[str] = field(default_factory=list)  # in report.json only when there is one
+    timing_by_policy: dict[str, dict[str, Any]] | None = None  # --timing latency: each flown policy's delay
+
+    def with_policies(self, results: list[PolicyResult]) -> Report:
+        """This report with the policies so far: the device is the first one reached."""
+        runs = [r.summary for r in results]
+        timings = {r.summary.policy: r.timing for r in results if r.timing is not None}
+        return replace(
+            self,
+            device=next((r.device for r in results if r.device), None),
+            runs=runs,
+            comparisons=compare(runs),
+            warnings=list(dict.fromkeys(r.warning for r in results if r.warning)),
+            timing_by_policy=timings or None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The document report.json holds; the optional entries only when there is something to say."""
+        out = asdict(self) | {"runs": [run.to_json() for run in self.runs]}
+        if not self.warnings:
+            del out["warnings"]
+        if self.timing_by_policy is None:
+            del out["timing_by_policy"]
+        return out
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -248,6 +400,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
+    """report.json's runs and comparisons, as its document has them (hil.run's RunResult.report), side by side."""
     head = (
         f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
         f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}"
@@ -299,15 +452,14 @@ def _x(v: float | None) -> str:
     return shown(v or None, ".2f", "x")  # a ratio of zero is a missing measurement
 
 
-def write_report(
-    out_dir: Path, report: dict[str, Any], records: list[LoopRecord], runs: list[dict[str, Any]]
-) -> list[Path]:
+def write_report(out_dir: Path, report: Report, records: list[LoopRecord]) -> list[Path]:
+    """report.json and the figures; ``records``: each run's samples and pictures, in the order of report.runs."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = [write_json(out_dir / "report.json", report)]
+    written = [write_json(out_dir / "report.json", report.to_json())]
     cfg = _level_config(report)
-    for run, rec in zip(runs, records):
-        stem = Path(run["policy"]).stem
-        rows = {r["episode"]: r for r in run["episodes"]}
+    for run, rec in zip(report.runs, records):
+        stem = Path(run.policy).stem
+        rows = {r["episode"]: r for r in run.episodes}
         for j, frame in rec.frames.items():
             path = out_dir / f"trajectory_{stem}_ep{j}.png"
             drawn = _DRAWN.get(path)
@@ -315,7 +467,7 @@ def write_report(
                 _trajectory_png(path, frame, cfg, report, run, rows.get(j))
                 _DRAWN[path] = weakref.ref(frame)
             written.append(path)
-    written += _plots(out_dir, runs, records)
+    written += _plots(out_dir, report.runs, records)
     return written
 
 
@@ -324,11 +476,11 @@ def write_report(
 _DRAWN: dict[Path, weakref.ref] = {}
 
 
-def _level_config(report: dict[str, Any]):
+def _level_config(report: Report):
     """The level the run flew (its arena size and camera give the pictures their scale), or None."""
     from nav_env.config import load_level
 
-    level = (report.get("args") or {}).get("level") or report.get("level")
+    level = report.args.get("level") or report.level
     try:
         return load_level(level) if level else None
     except Exception:  # a level file moved since: pictures without a scale bar, not no report
@@ -336,15 +488,15 @@ def _level_config(report: dict[str, Any]):
 
 
 def _trajectory_png(
-    path: Path, frame: np.ndarray, cfg, report: dict[str, Any], run: dict[str, Any], row: dict[str, Any] | None
+    path: Path, frame: np.ndarray, cfg, report: Report, run: PolicySummary, row: dict[str, Any] | None
 ) -> Path:
     """One episode's last frame with a title (policy, episode, outcome), legend, scale bar and labelled depth."""
     from nav_env.render import episode_title, save_episode_png
 
     row = row or {}
-    stem = Path(run["policy"]).stem
+    stem = Path(run.policy).stem
     title = episode_title(stem, row.get("outcome"), row.get("steps"), row.get("episode"), row.get("seed"))
-    subtitle = f"{run['policy']} in the closed loop, level {report.get('level')}"
+    subtitle = f"{run.policy} in the closed loop, level {report.level}"
     if row.get("path_length") is not None:
         subtitle += (
             f"; path flown {row['path_length']:.1f} m, start to goal {row['start_distance']:.1f} m in a straight line"
@@ -355,7 +507,7 @@ def _trajectory_png(
 MIB = 2**20
 
 
-def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> list[Path]:
+def _plots(out_dir: Path, runs: list[PolicySummary], records: list[LoopRecord]) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -364,7 +516,7 @@ def _plots(out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord])
     return [_latency_plot(plt, out_dir, runs, records), _memory_plot(plt, out_dir, runs)]
 
 
-def _latency_plot(plt, out_dir: Path, runs: list[dict[str, Any]], records: list[LoopRecord]) -> Path:
+def _latency_plot(plt, out_dir: Path, runs: list[PolicySummary], records: list[LoopRecord]) -> Path:
     """Round trip and device inference per act, every policy, on log-spaced bins (the tail stays visible
     without squeezing the peaks); p50/p99 in the legend, which sits below the axes."""
     fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
@@ -389,7 +541,7 @@ def _latency_plot(plt, out_dir: Path, runs: list[dict[str, Any]], records: list[
             color=color,
             linestyle=style,
             linewidth=1.6 if style == "-" else 1.3,
-            label=f"{_short(r['policy'])} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
+            label=f"{_short(r.policy)} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
         )
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -405,17 +557,17 @@ def _latency_plot(plt, out_dir: Path, runs: list[dict[str, Any]], records: list[
     return save_figure(fig, out_dir / "latency_histogram.png")
 
 
-def _memory_plot(plt, out_dir: Path, runs: list[dict[str, Any]]) -> Path:
+def _memory_plot(plt, out_dir: Path, runs: list[PolicySummary]) -> Path:
     """The bridge's memory: on a linear axis from zero (the magnitudes compare), and, below, the growth
     above each run's first sample (where MiB-sized changes show). RSS solid with markers, peak RSS
     dashed and wider underneath; the numbers in the legend, which sits below the axes."""
     fig, (ax, growth) = plt.subplots(2, 1, figsize=(9, 7.2), sharex=True, height_ratios=(3, 2), layout="constrained")
     top = 0.0
     for k, r in enumerate(runs):
-        s = np.asarray(r["device_memory"]["samples"], dtype=float)
+        s = np.asarray(r.device_memory.samples, dtype=float)
         if not len(s):
             continue
-        color, name = f"C{k}", _short(r["policy"])
+        color, name = f"C{k}", _short(r.policy)
         t, rss, peak = s[:, 0], s[:, 1] / MIB, s[:, 2] / MIB
         same = bool(np.allclose(rss, peak))
         peak_label = f"{name} peak RSS: {peak.max():.1f} MiB" + (" (equal to RSS at every sample)" if same else "")

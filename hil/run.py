@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from airq_cli import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -49,6 +51,8 @@ from hil.loop import (
     MAX_OUTAGE_S,
     ControlLink,
     Event,
+    Latency,
+    Lockstep,
     LoopRecord,
     LoopTiming,
     PolicyUpload,
@@ -58,8 +62,10 @@ from hil.loop import (
 from hil.report import (
     RUN_LOG,
     RUN_LOG_VERSION,
+    PolicyResult,
+    PolicySummary,
+    Report,
     RunLog,
-    compare,
     format_table,
     read_run_log,
     record_from_rows,
@@ -69,8 +75,9 @@ from hil.report import (
     write_report,
 )
 from nav_env.backends import BACKENDS, make_env
-from nav_env.config import ConfigError, NavConfig, load_level  # noqa: F401 - NavConfig in annotations
+from nav_env.config import ConfigError, NavConfig, load_level
 from nav_env.latency import LatencySource, parse_latency
+from nav_env.rollout import EpisodeResult
 
 
 @dataclass
@@ -260,9 +267,38 @@ def parse_resume_args(argv: list[str]) -> RunArgs:
     return args
 
 
-def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile, list[LatencySource] | None]:
-    """The level, the resource profile and, with --timing latency, each policy's delay source (resolved
-    once here: a replay picks its run, a profile predicts the model's time); UserError for a bad argument."""
+@dataclass(frozen=True)
+class LatencyTiming:
+    """``--timing latency``, resolved: each policy's delay in --policy order (a replay's run of that model
+    picked, a profile's time for that model predicted), and what the report says of the whole."""
+
+    spec: str  # --latency as given
+    policies: tuple[Latency, ...]
+    rate_hz: float | None  # --rate-hz: the simulated control period here, not a pace on the wall clock
+    device_rate: bool
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": "latency", "source": self.spec, "device_rate": self.device_rate, "rate_hz": self.rate_hz}
+
+
+Timing = Lockstep | LatencyTiming  # --timing: the simulated world waits for each act, or keeps flying
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What :func:`check_args` resolves from the arguments, once; every later decision reads it."""
+
+    cfg: NavConfig
+    profile: DeviceProfile
+    timing: Timing
+    deadline_s: float  # per act
+    pace_hz: float | None  # the loop's pace on the wall clock (None: free-running)
+
+
+def check_args(args: RunArgs) -> RunSetup:
+    """The level, the resource profile, the timing (with --timing latency each policy's delay source, resolved
+    once here: a replay picks its run, a profile predicts the model's time) and the act deadline; UserError
+    for a bad argument."""
     for path in args.policy:
         if not Path(path).is_file():
             raise UserError(f"policy file not found: {path}")
@@ -290,28 +326,49 @@ def check_args(args: RunArgs) -> tuple[NavConfig, DeviceProfile, list[LatencySou
         raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
     if args.bridge_key is not None and args.sim_only:
         raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
-    if args.timing == "lockstep" and (args.latency != "measured" or args.device_rate):
-        raise UserError("--latency and --device-rate apply to --timing latency")
-    if args.timing == "latency":
-        if args.backend != "embedded":
-            raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
-        if args.device_rate and args.rate_hz is not None:
-            raise UserError("--device-rate and --rate-hz are two different periods: give one")
-        sources = [policy_latency(args.latency, path) for path in args.policy]  # one-line error for a bad source
-        if args.device_rate and any(s.kind in ("fixed", "profile") and s.fixed_s == 0 for s in sources):
-            raise UserError("--device-rate with a delay of 0 would never let time pass")
+    timing = _check_timing(args)
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
     except (ConfigError, ProfileError) as e:
         raise UserError(str(e)) from None
-    return cfg, profile, sources if args.timing == "latency" else None
+    if args.deadline_ms:
+        deadline_s = args.deadline_ms / 1e3
+    elif isinstance(timing, LatencyTiming):
+        deadline_s = args.timeout_s  # a late action is flown late, not replaced: only a lost one is a miss
+    else:
+        deadline_s = default_deadline_s(cfg, args.rate_hz)
+    # with latency the simulated clock runs apart from the wall's: --rate-hz is its period, nothing paces the loop
+    pace_hz = None if isinstance(timing, LatencyTiming) else args.rate_hz
+    return RunSetup(cfg, profile, timing, deadline_s, pace_hz)
 
 
-def policy_latency(spec: str, path: str) -> LatencySource:
-    """``--latency SPEC`` for one policy: a replay takes the report's run of the same model, a profile
+def _check_timing(args: RunArgs) -> Timing:
+    """--timing, --latency and --device-rate as one value; a replay's report is read once, here."""
+    if args.timing == "lockstep":
+        if args.latency != "measured" or args.device_rate:
+            raise UserError("--latency and --device-rate apply to --timing latency")
+        return Lockstep()
+    if args.backend != "embedded":
+        raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
+    if args.device_rate and args.rate_hz is not None:
+        raise UserError("--device-rate and --rate-hz are two different periods: give one")
+    source = parse_latency(args.latency)  # one-line error for a bad source
+    sources = [policy_latency(source, path) for path in args.policy]
+    if args.device_rate and any(s.kind in ("fixed", "profile") and s.fixed_s == 0 for s in sources):
+        raise UserError("--device-rate with a delay of 0 would never let time pass")
+    period_s = 1.0 / args.rate_hz if args.rate_hz else None
+    return LatencyTiming(
+        spec=args.latency,
+        policies=tuple(Latency(s, period_s=period_s, device_rate=args.device_rate) for s in sources),
+        rate_hz=args.rate_hz,
+        device_rate=args.device_rate,
+    )
+
+
+def policy_latency(source: LatencySource, path: str) -> LatencySource:
+    """A ``--latency`` source for one policy: a replay takes the report's run of the same model, a profile
     predicts this model's time on the board (device_emulation.roofline; a prediction, labelled so)."""
-    source = parse_latency(spec)
     onnx = Path(path).read_bytes()
     if source.kind != "profile":
         return source.for_policy(sha256_hex(onnx), Path(path).name)
@@ -409,50 +466,44 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         notes.append(text)
         progress.note(f"note: {text}")
 
-    cfg, profile, latency_sources = check_args(args)
+    setup = check_args(args)
     out_dir = Path(args.out)
     policy_bytes = [Path(path).read_bytes() for path in args.policy]
-    if args.deadline_ms:
-        deadline_s = args.deadline_ms / 1e3
-    elif args.timing == "latency":
-        deadline_s = args.timeout_s  # a late action is flown late, not replaced: only a lost one is a miss
-    else:
-        deadline_s = default_deadline_s(cfg, args.rate_hz)
     log_path = out_dir / RUN_LOG
     earlier = (
         EarlierSessions.read(log_path, len(args.policy)) if args.resume else EarlierSessions.none(len(args.policy))
     )
     done = earlier.rows
     finished_all = args.resume and all(len({r["episode"] for r in rows}) >= args.episodes for rows in done.values())
-    if finished_all and _report_matches(out_dir / "report.json", policy_bytes, done):
+    existing = _read_report(out_dir / "report.json") if finished_all else None
+    if existing is not None and _report_matches(existing, policy_bytes, done):
         # Nothing left to fly: no bridge, and the report the run wrote stays as it is.
-        return RunResult(out_dir, json.loads((out_dir / "report.json").read_text()), already_complete=True)
+        return RunResult(out_dir, existing, already_complete=True)
     # The log is created with the first episode, not before: a run that fails before flying anything
     # (a user error, no bridge) leaves no log, and an earlier run's log stays where it is, resumable.
     log = RunLog(
         log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, out_dir, note)
     )
-    report: dict = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "args": asdict(args),
-        "mode": "sim-only (local bridge process, mock flight controller)"
+    report = Report(
+        command=command,
+        date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        args=asdict(args),
+        mode="sim-only (local bridge process, mock flight controller)"
         if args.sim_only
         else f"device {args.host}:{args.port}",
-        "profile": asdict(profile) | {"emulated": profile.emulated()} if args.sim_only else None,
-        "level": cfg.level,
-        "obs_dim": cfg.obs_dim,
-        "deadline_ms": deadline_s * 1e3,
+        profile=asdict(setup.profile) | {"emulated": setup.profile.emulated()} if args.sim_only else None,
+        level=setup.cfg.level,
+        obs_dim=setup.cfg.obs_dim,
+        deadline_ms=setup.deadline_s * 1e3,
         # lockstep: the world waited for each act; latency: each action landed its act's delay late
-        "timing": {"mode": "lockstep"}
-        if args.timing == "lockstep"
-        else {"mode": "latency", "source": args.latency, "device_rate": args.device_rate, "rate_hz": args.rate_hz},
-        "run_log": str(log_path),
-        "host_versions": package_versions(),  # this side's packages; the device's are in device.device
-        "device": None,
-        "runs": [],
-        "comparisons": [],
-    }
+        timing=setup.timing.describe(),
+        run_log=str(log_path),
+        host_versions=package_versions(),
+        device=None,
+        runs=[],
+        comparisons=[],
+        backend=args.backend,
+    )
     if args.resume:
         log.append(
             {"kind": "resume", "t_wall": time.time(), "finished": {str(i): len(v) for i, v in done.items()}},
@@ -464,15 +515,15 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                 "kind": "run",
                 "log_version": RUN_LOG_VERSION,
                 "args": asdict(args),
-                "command": report["command"],
+                "command": command,
                 "t_wall": time.time(),
-                "deadline_ms": deadline_s * 1e3,
+                "deadline_ms": setup.deadline_s * 1e3,
                 "policies": [{"path": p, "sha256": sha256_hex(b)} for p, b in zip(args.policy, policy_bytes)],
             },
             durable=False,
         )
-    records: list[LoopRecord] = []
-    env = None
+    flights = Flights(args, setup, log, progress)
+    results: list[PolicyResult] = []
     written = False
     try:
         for index, (path, onnx) in enumerate(zip(args.policy, policy_bytes)):
@@ -481,22 +532,23 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
             if not todo:
                 # Finished in an earlier session: its summary comes from the log (the one that session
                 # measured, or rebuilt from the episode rows); flying nothing would only measure nothing.
-                report["runs"].append(earlier.summary(index, path, onnx, deadline_s))
-                records.append(record_from_rows(done[index]))
-                report["device"] = report["device"] or earlier.device.get(index)
+                summary = earlier.summary(index, path, onnx, setup.deadline_s)
+                results.append(PolicyResult(summary, record_from_rows(done[index]), device=earlier.device.get(index)))
                 written = False
                 continue
-            if env is None:
-                env = _make_env(args, cfg)
-                report["backend"] = args.backend
-            progress.policy_started(path, len(todo))
-            source = latency_sources[index] if latency_sources else None
-            rec, load = _fly_policy(
-                args, profile, cfg, env, log, index, path, onnx, todo, deadline_s, report, progress, source
+            flight = PolicyFlight(index, path, onnx, todo, _policy_timing(setup.timing, index))
+            flown = flights.fly_policy(flight)
+            summary = summarize_run(path, flown.record, flown.load, prior_rows=done[index], deadline_s=setup.deadline_s)
+            results.append(
+                PolicyResult(
+                    summary,
+                    flown.record,
+                    device=flown.device,
+                    warning=flown.warning,
+                    timing=None if isinstance(flight.timing, Lockstep) else flight.timing.describe(),
+                )
             )
-            progress.policy_ended()
-            records.append(rec)
-            summary = summarize_run(path, rec, load, prior_rows=done[index], deadline_s=deadline_s)
+            report = report.with_policies(results)
             # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
             # report.json, which may be missing (killed before writing it) or another run's.
             log.append(
@@ -504,25 +556,27 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                     "kind": "policy_end",
                     "policy": path,
                     "policy_index": index,
-                    "device": report["device"],
+                    "device": report.device,
                     "episodes": sorted(finished | set(todo)),
-                    "summary": _without_rows(summary),
+                    "summary": summary.to_json(episodes=False),
                 }
             )
-            report["runs"].append(summary)
-            report["comparisons"] = compare(report["runs"])
-            write_report(out_dir, report, records, report["runs"])  # after each policy: nothing measured is lost
+            write_report(out_dir, report, [r.record for r in results])  # after each policy: nothing measured is lost
             written = True
         if not written:  # the last policies were finished earlier: the report rebuilt from the log
-            report["backend"] = args.backend
-            report["comparisons"] = compare(report["runs"])
-            write_report(out_dir, report, records, report["runs"])
+            report = report.with_policies(results)
+            write_report(out_dir, report, [r.record for r in results])
     finally:
         log.close()
-    return RunResult(out_dir, report, notes=tuple(notes), warnings=tuple(report.get("warnings") or ()))
+    return RunResult(out_dir, report.to_json(), notes=tuple(notes), warnings=tuple(report.warnings))
 
 
-def _make_env(args: RunArgs, cfg: NavConfig) -> Any:
+def _policy_timing(timing: Timing, index: int) -> LoopTiming:
+    """How the policy at ``index`` flies: lockstep like every other, or with its own delay source."""
+    return timing.policies[index] if isinstance(timing, LatencyTiming) else timing
+
+
+def _make_env(args: RunArgs, cfg: NavConfig) -> gym.Env:
     try:
         options = (
             {
@@ -552,10 +606,6 @@ def _keep_earlier_log(log_path: Path, out_dir: Path, note: Callable[[str], None]
     note(f"previous run log kept as {kept} (use --resume {out_dir} to continue a run instead)")
 
 
-def _without_rows(summary: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in summary.items() if k != "episodes"}
-
-
 @dataclass
 class EarlierSessions:
     """What the sessions before a --resume left in the log, by policy index."""
@@ -583,132 +633,163 @@ class EarlierSessions:
                 earlier.loads[index] = r.get("load") or {}
         return earlier
 
-    def summary(self, index: int, path: str, onnx: bytes, deadline_s: float) -> dict[str, Any]:
+    def summary(self, index: int, path: str, onnx: bytes, deadline_s: float) -> PolicySummary:
         """A finished policy's summary: the one its session wrote to the log, with the episode rows;
         if that session was killed before writing it, rebuilt from the rows (latency from their samples)."""
         rows = sorted(self.rows[index], key=lambda r: r["episode"])
         end = self.ends.get(index)
         if end is not None and end.get("episodes") == [r["episode"] for r in rows]:
-            return end["summary"] | {"episodes": [report_row(r) for r in rows]}
+            return PolicySummary.from_json(end["summary"] | {"episodes": [report_row(r) for r in rows]})
         load = {"sha256": sha256_hex(onnx), "size_bytes": len(onnx)} | self.loads.get(index, {})
         return summarize_run(path, LoopRecord(), load, prior_rows=rows, deadline_s=deadline_s)
 
 
-def _report_matches(path: Path, policy_bytes: list[bytes], done: dict[int, list[dict[str, Any]]]) -> bool:
-    """Whether report.json holds every policy of this run with every episode in the log."""
+def _read_report(path: Path) -> dict[str, Any] | None:
+    """report.json's document, or None if there is none to read."""
     try:
-        runs = json.loads(path.read_text()).get("runs") or []
-    except (OSError, ValueError, AttributeError):
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def _report_matches(report: dict[str, Any], policy_bytes: list[bytes], done: dict[int, list[dict[str, Any]]]) -> bool:
+    """Whether ``report`` holds every policy of this run with every episode in the log."""
+    try:
+        runs = report.get("runs") or []
+        return len(runs) == len(policy_bytes) and all(
+            run.get("sha256") == sha256_hex(onnx)
+            and [e.get("episode") for e in run.get("episodes") or []] == sorted(r["episode"] for r in done[i])
+            for i, (run, onnx) in enumerate(zip(runs, policy_bytes))
+        )
+    except (AttributeError, TypeError):  # not a report this version wrote
         return False
-    return len(runs) == len(policy_bytes) and all(
-        run.get("sha256") == sha256_hex(onnx)
-        and [e.get("episode") for e in run.get("episodes") or []] == sorted(r["episode"] for r in done[i])
-        for i, (run, onnx) in enumerate(zip(runs, policy_bytes))
-    )
 
 
-def _fly_policy(
-    args: RunArgs,
-    profile: DeviceProfile,
-    cfg: NavConfig,
-    env: Any,
-    log: RunLog,
-    index: int,
-    path: str,
-    onnx: bytes,
-    todo: list[int],
-    deadline_s: float,
-    report: dict,
-    progress: RunProgress,
-    latency: LatencySource | None,
-) -> tuple[LoopRecord, dict[str, Any]]:
-    """Start (or reach) the bridge, load the policy, fly the ``todo`` episodes, log each as it ends."""
-    with (device := Device(args, profile)) as client:
+@dataclass(frozen=True)
+class PolicyFlight:
+    """One policy to fly in this session."""
 
-        def log_event(event: Event) -> None:
-            log.append(event, durable=False)  # visible to readers at once; only episodes need fsync
+    index: int  # in --policy order
+    path: str
+    onnx: bytes
+    episodes: list[int]  # those not flown in an earlier session
+    timing: LoopTiming
 
-        if device.process is not None:
+
+@dataclass(frozen=True)
+class Flown:
+    """What flying one policy gave: the loop's record and what the bridge said on the way."""
+
+    record: LoopRecord
+    load: dict[str, Any]  # the bridge's load_policy reply
+    device: dict[str, Any]  # the bridge's hello: device, versions, threads, actuator
+    warning: str | None  # e.g. an int8 scheme the device's kernels do not compute exactly
+
+
+class Flights:
+    """What every policy of a session flies with: the arguments, their resolved setup, the simulator (made
+    at the first flight, then flown by every policy), the log and the progress display."""
+
+    def __init__(self, args: RunArgs, setup: RunSetup, log: RunLog, progress: RunProgress) -> None:
+        self.args, self.setup, self.log, self.progress = args, setup, log, progress
+        self._env: gym.Env | None = None
+        self._warned: set[str] = set()  # a warning is noted once per run, however many policies it concerns
+
+    def fly_policy(self, flight: PolicyFlight) -> Flown:
+        """Start (or reach) the bridge, load the policy, fly its episodes, log each as it ends."""
+        args, cfg, log, path, onnx = self.args, self.setup.cfg, self.log, flight.path, flight.onnx
+        if self._env is None:
+            self._env = _make_env(args, cfg)
+        self.progress.policy_started(path, len(flight.episodes))
+        with (device := Device(args, self.setup.profile)) as client:
+
+            def log_event(event: Event) -> None:
+                log.append(event, durable=False)  # visible to readers at once; only episodes need fsync
+
+            if device.process is not None:
+                log_event(
+                    {
+                        "kind": "event",
+                        "event": "bridge_started",
+                        "policy": path,
+                        "pid": device.process.pid,
+                        "endpoint": device.process.endpoint,
+                        "t_mono": time.monotonic(),
+                        "t_wall": time.time(),
+                    }
+                )
+            hello = client.hello()
+            load = client.load_policy(onnx, name=Path(path).name)
             log_event(
                 {
                     "kind": "event",
-                    "event": "bridge_started",
+                    "event": "policy_loaded",
                     "policy": path,
-                    "pid": device.process.pid,
-                    "endpoint": device.process.endpoint,
+                    "policy_index": flight.index,
+                    "load": load,
                     "t_mono": time.monotonic(),
                     "t_wall": time.time(),
                 }
+            )  # model size, load time: for a rebuilt summary
+            warning = _int8_warning(path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
+            if warning is not None and warning not in self._warned:
+                self._warned.add(warning)
+                self.progress.note(f"warning: {warning}")
+            if load.get("obs_dim") not in (None, cfg.obs_dim):
+                raise UserError(
+                    f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}"
+                )
+            if load.get("sha256") != sha256_hex(onnx):
+                raise BridgeError(
+                    client.endpoint,
+                    f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}",
+                )
+            link = ControlLink(
+                client,
+                self.setup.deadline_s,
+                PolicyUpload(onnx, Path(path).name),
+                supervisor=device.supervisor(),
+                on_event=log_event,
+                max_outage_s=args.max_outage_s,
             )
-        hello = client.hello()
-        report["device"] = report["device"] or {
-            k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")
-        }
-        load = client.load_policy(onnx, name=Path(path).name)
-        log_event(
-            {
-                "kind": "event",
-                "event": "policy_loaded",
-                "policy": path,
-                "policy_index": index,
-                "load": load,
-                "t_mono": time.monotonic(),
-                "t_wall": time.time(),
-            }
-        )  # model size, load time: for a rebuilt summary
-        _warn_int8(report, path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"), progress)
-        if load.get("obs_dim") not in (None, cfg.obs_dim):
-            raise UserError(
-                f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}"
+            link.context["policy"] = path
+
+            def on_episode(ep: EpisodeResult, rec: LoopRecord) -> None:
+                log.append(
+                    {
+                        "kind": "episode",
+                        "policy": path,
+                        "policy_index": flight.index,
+                        **asdict(ep),
+                        **rec.episode_rows[-1],
+                    }
+                )
+                self.progress.episode_done(rec)
+
+            rec = run_closed_loop(
+                client,
+                cfg,
+                flight.episodes,
+                args.seed,
+                rate_hz=self.setup.pace_hz,
+                on_episode=on_episode,
+                env=self._env,
+                link=link,
+                deadline_s=self.setup.deadline_s,
+                timing=flight.timing,
             )
-        if load.get("sha256") != sha256_hex(onnx):
-            raise BridgeError(
-                client.endpoint, f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}"
-            )
-        link = ControlLink(
-            client,
-            deadline_s,
-            PolicyUpload(onnx, Path(path).name),
-            supervisor=device.supervisor(),
-            on_event=log_event,
-            max_outage_s=args.max_outage_s,
-        )
-        link.context["policy"] = path
-
-        def on_episode(ep, rec: LoopRecord) -> None:
-            log.append({"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]})
-            progress.episode_done(rec)
-
-        timing = None
-        if latency is not None:
-            period = 1.0 / args.rate_hz if args.rate_hz else None
-            timing = LoopTiming(latency, period_s=period, device_rate=args.device_rate)
-            report.setdefault("timing_by_policy", {})[path] = timing.describe()
-        rec = run_closed_loop(
-            client,
-            cfg,
-            todo,
-            args.seed,
-            None if timing else args.rate_hz,  # with latency the simulated clock runs apart from the wall's
-            on_episode=on_episode,
-            env=env,
-            link=link,
-            deadline_s=deadline_s,
-            timing=timing,
-        )
-    return rec, load
+        self.progress.policy_ended()
+        device_info = {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
+        return Flown(rec, load, device_info, warning)
 
 
-def _warn_int8(report: dict, path: str, metadata: dict, device_kernels: dict | None, progress: RunProgress) -> None:
-    """A policy whose int8 scheme the device's kernels do not compute exactly: say so, keep it in the report."""
+def _int8_warning(path: str, metadata: dict, device_kernels: dict | None) -> str | None:
+    """Why the device's kernels do not compute a policy's int8 scheme exactly, or None if they do."""
     from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
 
     warning = saturation_warning(metadata, Int8Kernels.from_dict(device_kernels or {}))
-    if warning:
-        message = f"{Path(path).name}: {warning}"
-        if message not in report.setdefault("warnings", []):
-            report["warnings"].append(message)
-            progress.note(f"warning: {message}")
+    return f"{Path(path).name}: {warning}" if warning else None
 
 
 def _int8_line(d: dict) -> str:

@@ -47,6 +47,8 @@ class LatencySource:
     replay_path: str | None = None
     quantiles_us: list[float] = field(default_factory=list)
     replay_from: dict[str, Any] = field(default_factory=dict)  # which run of the report, on what device
+    # replay: the report as parse_latency read it, so resolving it for each policy reads the file no more
+    replay_report: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     _rng: np.random.Generator | None = None
 
     @property
@@ -107,7 +109,11 @@ class LatencySource:
         which one it took and whether it is this policy go in the report."""
         if self.kind != "replay":
             return self
-        report = json.loads(Path(str(self.replay_path)).read_text())
+        report = (
+            self.replay_report
+            if self.replay_report is not None
+            else json.loads(Path(str(self.replay_path)).read_text())
+        )
         runs = [r for r in report.get("runs") or [] if r.get("round_trip_quantiles_us")]
         chosen = next((r for r in runs if r.get("sha256") == sha256), None) or next(
             (r for r in runs if Path(str(r.get("policy"))).name == name), runs[0]
@@ -165,7 +171,7 @@ def parse_latency(spec: str) -> LatencySource:
                 f"--latency replay: {path} is not a hil.run report with recorded round trips "
                 "(runs[].round_trip_quantiles_us; reports written before replay existed have none)"
             )
-        return LatencySource("replay", replay_path=str(path))
+        return LatencySource("replay", replay_path=str(path), replay_report=report)
     if kind == "profile":
         if not value:
             raise UserError("--latency profile:BOARD needs a board (e.g. profile:pi3b)")
