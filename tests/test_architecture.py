@@ -29,9 +29,9 @@ ALLOWED = {
     "quantize": {"airq_cli", "nav_env", "policies", "firmware_bridge.device", "firmware_bridge.int8_kernels"},
     "device_emulation": {"airq_cli", "firmware_bridge"},
     "hil": {"airq_cli", "nav_env", "firmware_bridge", "device_emulation"},  # no policies, no quantize, no torch
-    # ActorQ (issue 17): an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
+    # ActorQ: an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
     "actorq": {"airq_cli", "nav_env", "policies", "quantize", "firmware_bridge"},
-    # the QuaRL study on standard tasks (issue 18): training, export and quantization of SB3 policies; of the
+    # the QuaRL study on standard tasks: training, export and quantization of SB3 policies; of the
     # nav env only the plotting helper every report uses
     "quarl": {
         "airq_cli",
