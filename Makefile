@@ -18,7 +18,7 @@ define install_torch
 	if [ -n "$(TORCH_INDEX)" ] && $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=5)" 2>/dev/null; then \
 	  $(PY) -m pip install -q --no-deps --index-url $(TORCH_INDEX) $(1) 'torch==2.13.0'; \
 	else \
-	  echo "note: $(TORCH_INDEX) not reachable: torch comes from pip's configured index (the CUDA build on PyPI for Linux x86; README: Install)"; \
+	  echo "note: $(TORCH_INDEX) not reachable: torch comes from pip's configured index (the CUDA build on PyPI for Linux x86; README, Install)"; \
 	fi
 endef
 
@@ -53,16 +53,16 @@ demo: $(STAMP)
 	$(PY) -m hil.run --policy models/policy1_fp32.onnx --policy models/policy1_int8.onnx --sim-only \
 		--episodes 100 --level default --seed 0 --out out/demo
 
-# The deployment study (issue #9, docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
+# The deployment study (docs/study.md): Policies I-III x fp32/fp16/int8/int8-dynamic in the loop on
 # default and hard, bridge pinned like a Pi 3b; 300 seeded episodes per model and level; then the memory stage (an Air
 # Learning-sized Policy III fp32 vs int8 under a Pi 3b's 900 MB RAM, with and without swap, and 512 MB; needs root for
-# its memory cgroups, skipped otherwise) and the latency stage (every model at its predicted Pi 3b time). Wall time:
-# 17.1 min on the 2-core AMD EPYC VM (AVX2, no VNNI) from a fresh state, 2026-11-26 (docs/study.md, "Measured").
+# its memory cgroups, skipped otherwise) and the latency stage (every model at its predicted Pi 3b time). Its wall
+# time: docs/results.md, "The deployment study".
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
-# The QuaRL study's CPU part (issue 18, docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
-# Ray Tune trial, 71 min on two cores (README, "Results: the QuaRL study"); rerunning resumes. Then its Table 2,
+# The QuaRL study's CPU part (docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
+# Ray Tune trial (its wall time: docs/results.md, "The QuaRL study"); rerunning resumes. Then its Table 2,
 # figures and reading.
 quarl: $(STAMP)
 	$(PY) -m quarl run configs/quarl/cpu.toml --out out/quarl/cpu
