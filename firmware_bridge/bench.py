@@ -15,9 +15,8 @@ per-block p50s is reported too.
 ``--spin-us`` is the client's reply wait (BridgeClient ``spin_us``; the default
 is the control loop's, 0 = block in poll() at once). ``--client`` accepts only
 ``dealer``: the bench times the one client the loop uses, a DEALER (the socket
-docs/protocol.md recommends). Its former ``req`` choice needed a second,
-REQ-socket client in the bench, which is what issue 15 removed; the bridge's REQ
-framing stays covered by tests/firmware_bridge/test_protocol_conformance.py.
+docs/protocol.md recommends), so that no second, bench-only client exists; the
+bridge's REQ framing is covered by tests/firmware_bridge/test_protocol_conformance.py.
 
 Without --policy it builds a random MLP with the onnx package (host extra).
 """
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         type=client_kind,
         default="dealer",
         metavar="{dealer}",
-        help="client socket: dealer only, the control loop's firmware_bridge.client (req was dropped)",
+        help="client socket: dealer only, the control loop's firmware_bridge.client",
     )
     parser.add_argument(
         "--spin-us",
