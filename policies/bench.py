@@ -52,7 +52,7 @@ def preset_config(preset: str, algo: str) -> TrainConfig:
 
 
 def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
-    from policies.train import build_model, make_vec_env
+    from policies.builders import build_model, make_vec_env
 
     venv = make_vec_env(cfg)
     model = build_model(cfg, venv, tb_dir=None)

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
 
-    from policies.train import build_model, make_vec_env
+    from policies.builders import build_model, make_vec_env
     from policies.training_loop import evaluate_model, save_atomic
 
     t_cfg, teacher_model, teacher_ckpt = load_run(args.teacher)

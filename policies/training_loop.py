@@ -14,6 +14,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from airq_cli import Progress, write_json
 from nav_env.rollout import HEADLINE_FIELDS, run_episodes, summarize
 from policies.actor import actor_from_model, algo_class, torch_policy_fn
+from policies.builders import build_model, make_vec_env, warm_start
 from policies.config import TrainConfig
 from policies.machine import machine_info
 
@@ -149,8 +150,6 @@ class RunCallback(BaseCallback):
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
-    from policies.train import build_model, make_vec_env, warm_start
-
     state: dict = {"restarts": 0}
     metrics: dict = {
         "config": {k: v for k, v in vars(cfg).items()},
