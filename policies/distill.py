@@ -51,7 +51,8 @@ def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: i
     env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
     with torch.no_grad():
         while len(xs) * num_envs < n_samples:
             t_obs = torch.from_numpy(obs)

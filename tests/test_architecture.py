@@ -3,6 +3,7 @@ device (firmware_bridge); the studies on top. Each package may import only the p
 module imports itself back, inside a package or across them. docs/architecture.md draws the same picture."""
 
 import ast
+import tomllib
 from collections.abc import Collection
 from pathlib import Path
 
@@ -189,6 +190,11 @@ def test_imports_point_down_the_stack(package):
 def test_every_package_is_placed():
     on_disk = {p.parent.name for p in REPO.glob("*/__init__.py")}
     assert on_disk == ALL, f"a package without a place in the architecture: {on_disk ^ ALL}"
+
+
+def test_mypy_checks_every_package():
+    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert set(files) == ALL, f"packages outside mypy's files (pyproject.toml [tool.mypy]): {sorted(ALL - set(files))}"
 
 
 def test_no_torch_in_the_env_the_loop_or_the_device():
