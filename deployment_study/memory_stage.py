@@ -8,9 +8,9 @@ policies see a 32 x 32 image, so they fit any Pi; this stage rebuilds the seed's
    144 x 256 depth image (615 MB fp32 for Policy III), and ``quantize ptq`` makes its static int8;
    both under ``--memory-cache`` (default .cache/study-memory/SOURCE_SHA256[:16]/), checked by the
    sha256s in their metadata before reuse;
-2. the memory-fit experiment (``deployment_study.memfit_run``) flies each model unconstrained (the baseline) and under each RAM limit (memory
-   cgroup, with or without swap: the profile's size with swap, without swap, and a tighter limit),
-   a fresh bridge process per run. A limit at or below a model's weight bytes cannot hold the
+2. the memory-fit experiment (``deployment_study.memfit_run``) flies each model unconstrained (the
+   baseline) and under each RAM limit (memory cgroup, with or without swap: the profile's size with swap,
+   without swap, and a tighter limit), a fresh bridge process per run. A limit at or below a model's weight bytes cannot hold the
    weights every inference reads: that run is short (one episode of ``--memory-thrash-acts`` acts),
    since each act then pages the weights back in and takes seconds;
 3. results: a :class:`MemoryResult` the study stores as study.json's "memory", and per part the
@@ -205,7 +205,7 @@ class StageInput:
 class StageOutput:
     memory: MemoryResult | None  # None: the stage is off
     measured: bool  # this session ran at least one part (a session that only re-renders measured nothing)
-    runs: list[MemfitRun] = field(default_factory=list)  # every part's runs with their time series, for a figure
+    runs: list[MemfitRun] = field(default_factory=list)  # every part's runs, time series included (the study's figure)
 
 
 # ---------------------------------------------------------------------------------- arguments
