@@ -8,19 +8,20 @@ policies see a 32 x 32 image, so they fit any Pi; this stage rebuilds the seed's
    144 x 256 depth image (615 MB fp32 for Policy III), and ``quantize ptq`` makes its static int8;
    both under ``--memory-cache`` (default .cache/study-memory/SOURCE_SHA256[:16]/), checked by the
    sha256s in their metadata before reuse;
-2. ``deployment_study.memfit`` flies each model unconstrained (the baseline) and under each RAM limit (memory
-   cgroup, with or without swap: the profile's size with swap, without swap, and a tighter limit),
-   a fresh bridge process per run. A limit at or below a model's weight bytes cannot hold the
+2. the memory-fit experiment (``deployment_study.memfit_run``) flies each model unconstrained (the
+   baseline) and under each RAM limit (memory cgroup, with or without swap: the profile's size with swap,
+   without swap, and a tighter limit), a fresh bridge process per run. A limit at or below a model's weight bytes cannot hold the
    weights every inference reads: that run is short (one episode of ``--memory-thrash-acts`` acts),
    since each act then pages the weights back in and takes seconds;
-3. results: a :class:`MemoryResult` the study stores as study.json's "memory" (the markdown section is
-   deployment_study.render's), per part under OUT/memory/PART/ (deployment_study.memfit's memfit.json,
-   memfit.md, memory_over_time.png; a finished part is not run again) and the combined plot
-   OUT/memory_fit_over_time.png.
+3. results: a :class:`MemoryResult` the study stores as study.json's "memory", and per part the
+   experiment's memfit.json under OUT/memory/PART/ (a finished part is not run again). This module
+   renders nothing: the study writes each part's memfit.md and figure and the combined figure
+   OUT/memory_fit_over_time.png (deployment_study.render_memfit), and study.md's section
+   (deployment_study.render).
 
 :func:`run_stage` takes a :class:`StageInput` (the plan, the study's folder, where to report) and returns a
-:class:`StageOutput`; it calls ``StageInput.progress`` with the results so far after each part, so the study
-can save them (an interrupted stage keeps its finished parts).
+:class:`StageOutput`; it calls ``StageInput.progress`` after each part with the results so far and the part's
+own MemfitResult, so the study can save and render them (an interrupted stage keeps its finished parts).
 
 Without root or a memory cgroup controller the stage records "skipped: <reason>" and the study goes on.
 With ``--host`` no cgroup can be put around the Pi's process: the device's own RAM is the experiment,
@@ -40,17 +41,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airq_cli import known_fields, write_json
-from deployment_study.memfit import MemfitRow, MemfitRun, Ratios
+from deployment_study.args import ROOT, StudyArgs
+from deployment_study.memfit_run import (
+    MemfitError,
+    MemfitResult,
+    MemfitRow,
+    MemfitRun,
+    Ratios,
+    add_ratios,
+    parse_limit,
+    read_onnx_metadata,
+    run_memory_fit,
+)
 from hil.run import UserError
 
 if TYPE_CHECKING:
-    from deployment_study.study import StudyArgs
     from device_emulation.profiles import DeviceProfile
 
-ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
-DEFAULT_SOURCE = ROOT / "models" / "policy3_fp32.onnx"
-DEFAULT_CACHE = ROOT / ".cache" / "study-memory"
 TIGHT_MB = 512  # the default tight limit: below Policy III's 604 MB of first-layer weights at 144 x 256
 THRASH_RATIO = 3.0  # inference p50 this many times the unconstrained one: "thrashes"
 HELDOUT_EPISODES = 10  # quantize's held-out agreement check of the int8 (stored in its metadata)
@@ -171,7 +179,7 @@ class MemoryResult:
 
 @dataclass(frozen=True)
 class Part:
-    """One deployment_study.memfit run of the stage: a model at some limits."""
+    """One memory-fit run (deployment_study.memfit_run) of the stage: a model at some limits."""
 
     name: str  # its folder under OUT/memory/
     model: str
@@ -186,16 +194,18 @@ class StageInput:
     """What the stage needs from the study."""
 
     plan: MemoryPlan | None  # None: the stage is off
-    out: Path  # the study's folder: memory/PART/ and memory_fit_over_time.png go there
+    out: Path  # the study's folder: memory/PART/ goes there
     say: Callable[[str], None]  # progress lines
     previous: StageMeasured | None = None  # what an earlier session of the study recorded (for a re-render)
-    progress: Callable[[MemoryResult], None] = lambda result: None  # results so far, after each part
+    # after each part: the results so far and the part's own memfit result (its folder: config.out_dir)
+    progress: Callable[[MemoryResult, MemfitResult], None] = lambda memory, part: None
 
 
 @dataclass(frozen=True)
 class StageOutput:
     memory: MemoryResult | None  # None: the stage is off
     measured: bool  # this session ran at least one part (a session that only re-renders measured nothing)
+    runs: list[MemfitRun] = field(default_factory=list)  # every part's runs, time series included (the study's figure)
 
 
 # ---------------------------------------------------------------------------------- arguments
@@ -204,7 +214,6 @@ class StageOutput:
 def resolve_plan(args: StudyArgs, profile: DeviceProfile | None) -> MemoryPlan | None:
     """What the memory stage will do for these arguments (raises UserError on bad input):
     None (off), a DevicePlan (--host: report the device's RAM) or a CgroupPlan."""
-    from deployment_study.memfit import MemfitError, parse_limit
     from nav_env.config import ConfigError, parse_camera
 
     on = args.memory_study
@@ -303,7 +312,6 @@ def cached_ok(
 ) -> tuple[bool, bool, str | None]:
     """(fp32 reusable, int8 reusable, fp32 sha256): each is reusable when its metadata names its source
     by the sha256 it was built from (and, for the int8, the calibration asked for and the recipe)."""
-    from deployment_study.memfit import MemfitError, read_onnx_metadata
 
     def meta(p: Path) -> dict[str, str] | None:
         try:
@@ -341,8 +349,6 @@ def _build(target: Path, args: list[str], what: str) -> float:
 
 def build_models(plan: CgroupPlan, say: Callable[[str], None]) -> LargeModels:
     """The widened fp32 and its static int8, reused from the cache when their sha256s match."""
-    from deployment_study.memfit import read_onnx_metadata
-
     source = Path(plan.source)
     source_sha = sha256_file(source)
     fp32, int8 = large_model_paths(source, plan.camera, Path(plan.cache), source_sha)
@@ -406,7 +412,7 @@ def build_models(plan: CgroupPlan, say: Callable[[str], None]) -> LargeModels:
 def plan_parts(
     models: list[tuple[str, int]], limits: list[tuple[int, int]], episodes: int, thrash_acts: int
 ) -> list[Part]:
-    """deployment_study.memfit runs, per model: the baseline and every limit above its weight bytes (full episodes),
+    """Memory-fit runs, per model: the baseline and every limit above its weight bytes (full episodes),
     then the limits at or below its weight bytes (every inference must page weights back in): one
     short episode of ``thrash_acts`` acts."""
     parts = []
@@ -423,10 +429,8 @@ def plan_parts(
     return parts
 
 
-def _part_done(path: Path, part: Part, seed: int) -> list[MemfitRun] | None:
-    """The rows of a part a session before this one finished with the same settings, else None."""
-    from deployment_study.memfit import MemfitResult
-
+def _part_done(path: Path, part: Part, seed: int) -> MemfitResult | None:
+    """The result of a part a session before this one finished with the same settings, else None."""
     try:
         result = MemfitResult.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
@@ -440,7 +444,7 @@ def _part_done(path: Path, part: Part, seed: int) -> list[MemfitRun] | None:
         and c.baseline == part.baseline
         and c.seed == seed
     )
-    return result.rows if same else None
+    return result if same else None
 
 
 def run_stage(inp: StageInput) -> StageOutput:
@@ -450,8 +454,6 @@ def run_stage(inp: StageInput) -> StageOutput:
         return StageOutput(None, measured=False)
     if isinstance(plan, DevicePlan):
         return StageOutput(MemoryResult(status="device", plan=plan), measured=False)
-    from deployment_study.memfit import MemfitError, run_memory_fit
-    from deployment_study.render import plot_memory
     from device_emulation.memlimit import MemLimitError, SwapFile, active_swap_bytes, memory_cgroup_support
 
     support = memory_cgroup_support()
@@ -500,7 +502,7 @@ def run_stage(inp: StageInput) -> StageOutput:
             )
             ran = True
             try:
-                done[part.name] = run_memory_fit(
+                done[part.name] = result = run_memory_fit(
                     [part.model],
                     memory_mb=[f"{m}:{s}" for m, s in part.limits],
                     swap_mb=plan.swap_mb,
@@ -517,16 +519,14 @@ def run_stage(inp: StageInput) -> StageOutput:
             except MemfitError as e:
                 raise UserError(f"memory stage: {e}") from None
             mem.rows = _collect(parts, done)
-            inp.progress(mem)
+            inp.progress(mem, result)
     finally:
         if swap is not None:
             swap.close()
-    written = plot_memory([r for part in parts for r in done[part.name] or []], inp.out / "memory_fit_over_time.png")
     swap_info.active_during_mb = None if swap is None else plan.swap_mb
     mem.status = "done"
     mem.rows = _collect(parts, done)
     mem.swap = swap_info
-    mem.plot = written.name if written else None
     mem.parts = {p.name: str(root / p.name) for p in parts}
     # the stage's own wall time, from the session that ran its parts (a re-render keeps it)
     stage_file = root / "stage.json"
@@ -544,7 +544,8 @@ def run_stage(inp: StageInput) -> StageOutput:
         except (OSError, ValueError, TypeError):  # a study from before stage.json: what its own session recorded
             mem.measured = inp.previous
     inp.say("memory stage done: " + "; ".join(f"{r.name} {condition_label(r)}: {verdict(r)}" for r in mem.rows))
-    return StageOutput(mem, measured=ran)
+    runs = [r for result in done.values() if result is not None for r in result.rows]
+    return StageOutput(mem, measured=ran, runs=runs)
 
 
 def previous_measured(memory: Mapping[str, Any] | None) -> StageMeasured | None:
@@ -563,8 +564,8 @@ def previous_measured(memory: Mapping[str, Any] | None) -> StageMeasured | None:
 
 
 def _code_version() -> str | None:
-    """The commit that measured, "+modified" when the bridge or deployment_study.memfit/memlimit differ from it (the
-    bridge's loading decides the peak RSS)."""
+    """The commit that measured, "+modified" when the bridge or deployment_study.memfit_run/memlimit differ from it
+    (the bridge's loading decides the peak RSS)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
@@ -576,7 +577,7 @@ def _code_version() -> str | None:
                 "--porcelain",
                 "--",
                 "firmware_bridge",
-                "deployment_study/memfit.py",
+                "deployment_study/memfit_run.py",
                 "device_emulation/memlimit.py",
             ],
             cwd=ROOT,
@@ -591,12 +592,13 @@ def _code_version() -> str | None:
     return head.stdout.strip() + (" +modified" if dirty.stdout.strip() else "")
 
 
-def _collect(parts: list[Part], done: Mapping[str, list[MemfitRun] | None]) -> list[StageRow]:
+def _collect(parts: list[Part], done: Mapping[str, MemfitResult | None]) -> list[StageRow]:
     """The finished parts' rows without their time series; the short runs below the weights compared
     with the same model's baseline (another part's)."""
-    from deployment_study.memfit import add_ratios
-
-    rows = [StageRow(**r.summary_fields(), cut_at_acts=part.max_steps) for part in parts for r in done[part.name] or []]
+    rows = []
+    for part in parts:
+        result = done[part.name]
+        rows += [StageRow(**r.summary_fields(), cut_at_acts=part.max_steps) for r in (result.rows if result else [])]
     add_ratios(rows)
     return rows
 

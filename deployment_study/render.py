@@ -1,20 +1,22 @@
 """The deployment study's rendering: study.md's sections and the figures, from the typed results.
 
-Nothing here measures or computes a result: deployment_study.study, memory_stage and memfit do, and hand
-their records (deployment_study.results, memory_stage.MemoryResult, memfit.MemfitRun) to these functions.
+Nothing here measures or computes a result: deployment_study.study, memory_stage and memfit_run do, and hand
+their records (deployment_study.results, memory_stage.MemoryResult, memfit_run.MemfitRun) to these functions
+(the memory-fit experiment's own files: deployment_study.render_memfit).
 A value that was not measured shows as ``airq_cli.MISSING``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from airq_cli import MISSING, shown
-from deployment_study.memfit import MB, TABLE_COLUMNS, MemfitRun, mb, table_row
+from deployment_study.args import PRECISIONS
+from deployment_study.memfit_run import MB, mb
 from deployment_study.memory_stage import (
     THRASH_RATIO,
     CgroupPlan,
@@ -26,7 +28,8 @@ from deployment_study.memory_stage import (
     verdict,
 )
 from deployment_study.render_latency import latency_sweep_figure, md_latency
-from deployment_study.results import PRECISIONS, StudyResults
+from deployment_study.render_memfit import TABLE_COLUMNS, table_row
+from deployment_study.results import StudyResults
 from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
 from device_emulation.profiles import FIGURES, load_profiles
@@ -750,69 +753,3 @@ def _memory_figure(plt: Any, data: StudyResults) -> Any:
     process = "one bridge process per model" if data.args.sim_only else "one bridge serves every model in turn"
     fig.suptitle(f"Bridge memory during the closed loop, level {level0} ({process}; MiB = 2^20 bytes)", fontsize=10)
     return fig
-
-
-def plot_memory(rows: Sequence[MemfitRun], path: Path) -> Path | None:
-    """deployment_study.memfit's figure, one panel per run: the cgroup's RAM and swap, the bridge's own RSS
-    and peak RSS, the RAM limit; linear from zero, the legend above the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from hil.report import save_figure
-
-    runs = [r for r in rows if r.cgroup_samples or r.bridge_memory]
-    if not runs:
-        return None
-    fig, axes = plt.subplots(
-        len(runs), 1, figsize=(9, 2.3 * len(runs) + 1.6), squeeze=False, sharex=False, layout="constrained"
-    )
-    for ax, r in zip(axes[:, 0], runs, strict=False):
-        s = r.cgroup_samples or []
-        t = [x["t_s"] for x in s]
-        top = float(r.memory_limit_mb or 0)
-        if s:
-            usage = [(x.get("usage_bytes") or 0) / MB for x in s]
-            swap = [(x.get("swap_bytes") or 0) / MB for x in s]
-            ax.plot(t, usage, color="tab:blue", linewidth=1.8)
-            ax.plot(t, swap, color="tab:orange", linewidth=1.8, clip_on=False, zorder=3)  # 0 shows on the axis
-            top = max(top, *usage, *swap)
-        bm = r.bridge_memory or []
-        loaded_t = next((x["t_s"] for x in s if x.get("label") == "loaded"), r.load_s or 0.0)
-        if bm:
-            bt = [loaded_t + x.t_s for x in bm]
-            ax.plot(bt, [x.peak_rss_bytes / MB for x in bm], color="k", linestyle="--", linewidth=4, alpha=0.25)
-            ax.plot(bt, [x.rss_bytes / MB for x in bm], "k.", markersize=5)
-            top = max(top, *(x.peak_rss_bytes / MB for x in bm))
-        if r.memory_limit_mb:
-            ax.axhline(r.memory_limit_mb, color="r", linestyle="--", linewidth=1)
-        if s:
-            ax.axvline(loaded_t, color="gray", linestyle=":", linewidth=1)
-        ax.set_ylim(0, top * 1.12 if top else 1)
-        ax.set_xlim(left=0)
-        status = "did not load" if not r.loaded else f"inference p50 {shown(r.infer_p50_ms, ',.2f')} ms"
-        cond = (
-            f"{r.memory_limit_mb} MB RAM + {r.swap_limit_mb} MB swap"
-            if r.memory_limit_mb
-            else "unconstrained (no limit)"
-        )
-        ax.set_title(f"{r.name}: {cond} ({status})", fontsize=9)
-        ax.set_ylabel("MB (2^20 bytes)")
-        ax.grid(True, alpha=0.3)
-    axes[-1, 0].set_xlabel("seconds since the bridge was started (dotted line: policy loaded)")
-    handles = [
-        Line2D([], [], color="tab:blue", linewidth=1.8, label="cgroup RAM in use"),
-        Line2D([], [], color="tab:orange", linewidth=1.8, label="cgroup swap in use"),
-        Line2D([], [], color="k", marker=".", linestyle="none", markersize=5, label="bridge RSS (its status)"),
-        Line2D([], [], color="k", linestyle="--", linewidth=4, alpha=0.25, label="bridge peak RSS so far"),
-        Line2D([], [], color="r", linestyle="--", linewidth=1, label="RAM limit"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=5, fontsize=8, frameon=False)
-    fig.suptitle(
-        "Memory of each run (MB = 2^20 bytes). cgroup RAM: the pages charged to the bridge's cgroup;\n"
-        "shared libraries the host process had already read are charged to the host's, so it can sit below the RSS.",
-        fontsize=9,
-    )
-    return save_figure(fig, path)

@@ -10,26 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airq_cli import known_fields
+from deployment_study.args import StudyArgs
 from deployment_study.latency_stage import LatencyResult
 from deployment_study.memory_stage import MemoryResult
 from deployment_study.seed import TABLE4, SeedTable
 from device_emulation.roofline import Check, DevicePrediction, MachineFigures, ModelCost
 
-if TYPE_CHECKING:
-    from deployment_study.study import StudyArgs
-
 STUDY_VERSION = 1
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 
 
 @dataclass(frozen=True)
 class Model:
     path: str
     group: str  # GROUP of GROUP_PRECISION.onnx
-    precision: str  # one of PRECISIONS
+    precision: str  # one of deployment_study.args.PRECISIONS
 
 
 # ---------------------------------------------------------------------------------- stages

@@ -30,9 +30,11 @@ latency.png, memory_over_time.png, success.png; per-cell results under cells/ as
 (hil.run's report.json + run.jsonl), so an interrupted study loses no finished episode: run the same
 command again and it continues.
 
-Layout: this module runs the stages and computes the tables; deployment_study.results holds the typed
-results they hand each other (study.json is a StudyResults), deployment_study.render the markdown and
-the figures, deployment_study.seed the seed's Table 4. Adding a section: a stage computes a typed result
+Layout: this module runs the stages and computes the tables; deployment_study.args holds the arguments
+(StudyArgs) and their defaults, at the bottom of the package; deployment_study.results the typed results the
+stages hand each other (study.json is a StudyResults); deployment_study.render (with render_latency and
+render_memfit) the markdown and the figures: the stages return data and render nothing, this module writes
+the files; deployment_study.seed the seed's Table 4. Adding a section: a stage computes a typed result
 that :meth:`Study.run` stores in ``Study.results`` (a field of StudyResults), and a markdown section is a
 function (StudyResults) -> str appended to ``render.MARKDOWN_SECTIONS``.
 """
@@ -49,7 +51,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +69,11 @@ from airq_cli import (
     write_atomic,
     write_json,
 )
-from deployment_study import latency_stage, memory_stage, render
+from deployment_study import latency_stage, memory_stage, render, render_memfit
+from deployment_study.args import PRECISIONS, SHIPPED, StudyArgs
+from deployment_study.memfit_run import MemfitResult
 from deployment_study.memory_stage import MemoryPlan, MemoryResult
 from deployment_study.results import (
-    PRECISIONS,
     Cell,
     Latency,
     Model,
@@ -99,36 +102,6 @@ from nav_env.config import ConfigError, load_level
 from nav_env.stats import wilson_interval
 
 USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names callers and tests use
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = [ROOT / "models" / f"policy{i}_{p}.onnx" for i in (1, 2, 3) for p in PRECISIONS]
-
-
-@dataclass
-class StudyArgs:
-    models: list[str] = field(default_factory=lambda: [str(p) for p in SHIPPED])
-    host: str | None = None
-    port: int = 5555
-    sim_only: bool = False
-    profile: str | None = None  # sim-only: the resource profile; --host: the board whose roofline figures apply
-    episodes: int = 100
-    levels: list[str] = field(default_factory=lambda: ["default", "hard"])
-    seed: int = 0
-    timing_acts: int = 200  # acts per model per round of the timing pass
-    timing_rounds: int = 10
-    out: str = "out/study"
-    quiet: bool = False
-    # the memory stage (deployment_study.memory_stage): None = on with --host (report) and with a sim-only profile that has a memory size
-    memory_study: bool | None = None
-    memory_source: str = str(memory_stage.DEFAULT_SOURCE)
-    memory_camera: str = "144x256"
-    memory_limits: list[str] | None = None  # MB[:SWAP_MB]; None: the profile's size with swap, without, and 512 MB
-    memory_swap_mb: int = 2048
-    memory_episodes: int = 5
-    memory_thrash_acts: int = 8
-    memory_calibration_episodes: int = 20
-    memory_cache: str = str(memory_stage.DEFAULT_CACHE)
-    # the latency stage (deployment_study.latency_stage): on when the profile names a board with roofline figures
-    latency_study: bool = True
 
 
 def parse_args(argv: list[str] | None) -> StudyArgs:
@@ -461,8 +434,9 @@ class Study:
         self.say(f"timing pass {policy_label(group)} done: {summary}")
 
     def run_memory_stage(self, previous: memory_stage.StageMeasured | None) -> None:
-        def progress(memory: MemoryResult) -> None:  # results so far: saved, so an interrupted stage keeps them
-            self.results.memory = memory
+        def progress(memory: MemoryResult, part: MemfitResult) -> None:
+            render_memfit.write_report(part)  # the part's memfit.md and figure, beside its memfit.json
+            self.results.memory = memory  # results so far: saved, so an interrupted stage keeps them
             self.save()
 
         out = memory_stage.run_stage(
@@ -470,6 +444,9 @@ class Study:
                 plan=self.memory_plan, out=self.out, say=self.say, previous=previous, progress=progress
             )
         )
+        if out.memory is not None and out.memory.status == "done":
+            written = render_memfit.plot_memory(out.runs, self.out / "memory_fit_over_time.png")
+            out.memory.plot = written.name if written else None
         self.results.memory = out.memory
         self.measured_anything = self.measured_anything or out.measured
 

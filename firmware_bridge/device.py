@@ -10,20 +10,14 @@ import os
 import platform
 import resource
 import socket
-from pathlib import Path
 from typing import Any
 
-
-def _read_text(path: str) -> str | None:
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return None
+from firmware_bridge.procfs import read_text
 
 
 def cpu_model() -> str:
     """'Cortex-A76'-ish on a Pi (whose /proc/cpuinfo has no 'model name'), the brand string on x86."""
-    cpuinfo = _read_text("/proc/cpuinfo") or ""
+    cpuinfo = read_text("/proc/cpuinfo") or ""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         key, sep, value = line.partition(":")
@@ -37,12 +31,12 @@ def cpu_model() -> str:
 
 def board_model() -> str | None:
     """'Raspberry Pi 5 Model B Rev 1.0' on a Pi; None on boards without a device tree."""
-    text = _read_text("/proc/device-tree/model")
+    text = read_text("/proc/device-tree/model")
     return text.rstrip("\x00\n") if text else None
 
 
 def total_ram_bytes() -> int | None:
-    for line in (_read_text("/proc/meminfo") or "").splitlines():
+    for line in (read_text("/proc/meminfo") or "").splitlines():
         if line.startswith("MemTotal:"):
             return int(line.split()[1]) * 1024
     return None
@@ -114,7 +108,7 @@ def device_info(bridge_version: str) -> dict[str, Any]:
 def process_memory_bytes() -> tuple[int | None, int | None]:
     """(RSS, peak RSS) of this process in bytes, from /proc/self/status VmRSS / VmHWM."""
     rss = peak = None
-    for line in (_read_text("/proc/self/status") or "").splitlines():
+    for line in (read_text("/proc/self/status") or "").splitlines():
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
         elif line.startswith("VmHWM:"):

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from firmware_bridge.procfs import read_text
+
 PROBE_K = 64
 PROBE_COLUMNS = (127, -127, 64, -64)  # full-range int8 weights, then the u8s7 limits
 PROBE_ACTIVATION = 255
@@ -50,10 +52,8 @@ def probe_model_bytes() -> bytes:
 def cpu_int8_features() -> str:
     """The CPU's int8 dot-product instructions as /proc/cpuinfo names them ('avx512_vnni', 'avx2',
     'asimddp', ...), or the architecture when none is known."""
-    from firmware_bridge.device import _read_text
-
     flags: set[str] = set()
-    for line in (_read_text("/proc/cpuinfo") or "").splitlines():
+    for line in (read_text("/proc/cpuinfo") or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             flags.update(value.split())

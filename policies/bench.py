@@ -15,6 +15,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airq_cli import ArgumentParser, output_file, run, write_json
 from policies.config import TrainConfig, load_toml, replace
@@ -22,21 +23,20 @@ from policies.errors import UserError
 from policies.machine import machine_info
 from policies.presets import PRESETS, check_algorithm, get_preset
 
+if TYPE_CHECKING:
+    from stable_baselines3.common.callbacks import BaseCallback
+
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "train"
 
 
-def rollout_clock():
-    """A callback timestamping the start of every rollout: the interval between two covers one
-    rollout plus the update that follows it. Built here so SB3 loads only once a bench runs."""
+def rollout_clock(marks: list[tuple[float, int]]) -> BaseCallback:
+    """A callback appending (time, steps) to ``marks`` at the start of every rollout: the interval between
+    two covers one rollout plus the update that follows it. Built here so SB3 loads only once a bench runs."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class RolloutClock(BaseCallback):
-        def __init__(self):
-            super().__init__()
-            self.marks: list[tuple[float, int]] = []
-
         def _on_rollout_start(self) -> None:
-            self.marks.append((time.perf_counter(), self.num_timesteps))
+            marks.append((time.perf_counter(), self.num_timesteps))
 
         def _on_step(self) -> bool:
             return True
@@ -52,19 +52,20 @@ def preset_config(preset: str, algo: str) -> TrainConfig:
 
 
 def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
-    from policies.train import build_model, make_vec_env
+    from policies.builders import build_model, make_vec_env
 
     venv = make_vec_env(cfg)
     model = build_model(cfg, venv, tb_dir=None)
     per_rollout = cfg.num_envs * (cfg.n_steps if cfg.algo != "dqn" else 1)
     steps = per_rollout * (rollouts + 1) if cfg.algo != "dqn" else max(cfg.learning_starts + 20_000, 40_000)
-    clock = rollout_clock()
+    marks: list[tuple[float, int]] = []
+    clock = rollout_clock(marks)
     t0 = time.perf_counter()
     model.learn(steps, callback=clock)
     t_end, n_end = time.perf_counter(), model.num_timesteps
     venv.close()
     # skip the first rollout + update (allocation, first-call overheads)
-    t1, n1 = clock.marks[1] if len(clock.marks) > 1 else (t0, 0)
+    t1, n1 = marks[1] if len(marks) > 1 else (t0, 0)
     return {
         "preset": cfg.policy,
         "algo": cfg.algo,

@@ -51,7 +51,8 @@ def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: i
     env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
-    xs, ys = [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
     with torch.no_grad():
         while len(xs) * num_envs < n_samples:
             t_obs = torch.from_numpy(obs)
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
 
-    from policies.train import build_model, make_vec_env
+    from policies.builders import build_model, make_vec_env
     from policies.training_loop import evaluate_model, save_atomic
 
     t_cfg, teacher_model, teacher_ckpt = load_run(args.teacher)

@@ -54,7 +54,8 @@ def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
         torch.onnx.export(
             actor,
             (dummy,),
-            buf,
+            # torch annotates f as a path; its TorchScript exporter (dynamo=False) writes to a BytesIO as well
+            buf,  # type: ignore[arg-type]
             input_names=["obs"],
             output_names=["action", "logits"],
             dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}, "logits": {0: "batch"}},

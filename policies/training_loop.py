@@ -14,8 +14,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from airq_cli import Progress, write_json
 from nav_env.rollout import HEADLINE_FIELDS, run_episodes, summarize
 from policies.actor import actor_from_model, algo_class, torch_policy_fn
+from policies.builders import build_model, make_vec_env, warm_start
 from policies.config import TrainConfig
 from policies.machine import machine_info
+from policies.vec_adapter import NavSB3VecEnv
 
 
 def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
@@ -50,6 +52,14 @@ class RunCallback(BaseCallback):
         self._bar_steps = 0
 
     # ------------------------------------------------------------ helpers
+    @property
+    def nav_env(self) -> NavSB3VecEnv:
+        """The env being trained on, with its curriculum (SB3 types it as any VecEnv)."""
+        env = self.training_env
+        if not isinstance(env, NavSB3VecEnv):
+            raise TypeError(f"the training env is a {type(env).__name__}, not policies.builders' NavSB3VecEnv")
+        return env
+
     def wall_s(self) -> float:
         return self.wall_before + time.perf_counter() - self.t_start
 
@@ -78,7 +88,7 @@ class RunCallback(BaseCallback):
         now = time.perf_counter()
         if self.bar is not None and now - self._last_bar > 1.0:
             ts = self.train_success()
-            zone = self.training_env.curriculum_zone
+            zone = self.nav_env.curriculum_zone
             self.bar.update(
                 self.num_timesteps - self._bar_steps,
                 postfix=f"train success {ts:.0%} zone {'all' if zone < 0 else zone}" if ts is not None else "",
@@ -100,7 +110,7 @@ class RunCallback(BaseCallback):
 
     def evaluate(self) -> dict:
         result = evaluate_model(self.model, self.cfg, self.cfg.eval_episodes, self.cfg.eval_seed)
-        zone = self.training_env.curriculum_zone
+        zone = self.nav_env.curriculum_zone
         entry = {
             "timesteps": int(self.num_timesteps),
             "wall_s": round(self.wall_s(), 1),
@@ -128,7 +138,7 @@ class RunCallback(BaseCallback):
         """latest.zip first, then state.json naming its step count: a crash between the two leaves the
         previous state.json pointing at a complete, newer zip, which resumes correctly."""
         save_atomic(self.model, self.run_dir / "checkpoints" / "latest.zip")
-        venv = self.training_env
+        venv = self.nav_env
         self.state.update(
             timesteps=int(self.num_timesteps),
             train_wall_s=round(self.wall_s(), 1),
@@ -149,8 +159,6 @@ class RunCallback(BaseCallback):
 
 
 def train(cfg: TrainConfig, run_dir: Path, resume: bool) -> dict:
-    from policies.train import build_model, make_vec_env, warm_start
-
     state: dict = {"restarts": 0}
     metrics: dict = {
         "config": {k: v for k, v in vars(cfg).items()},

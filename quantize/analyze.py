@@ -61,19 +61,17 @@ def onnx_layer_weights(model, op_types: tuple[str, ...] = ("Gemm", "MatMul")) ->
 def sqnr_table(layers: list[tuple[str, np.ndarray]], bits: list[int]) -> list[dict]:
     rows = []
     for name, w in layers:
-        row = {
-            "layer": name,
-            "shape": list(w.shape),
-            "min": float(w.min()),
-            "max": float(w.max()),
-            "std": float(w.std()),
-            "sqnr_floor_db": {},
-            "sqnr_nearest_db": {},
-        }
-        for b in bits:
-            row["sqnr_floor_db"][b] = round(sqnr_db(w, fake_quantize(w, b, "floor")), 2)
-            row["sqnr_nearest_db"][b] = round(sqnr_db(w, fake_quantize(w, b, "nearest")), 2)
-        rows.append(row)
+        rows.append(
+            {
+                "layer": name,
+                "shape": list(w.shape),
+                "min": float(w.min()),
+                "max": float(w.max()),
+                "std": float(w.std()),
+                "sqnr_floor_db": {b: round(sqnr_db(w, fake_quantize(w, b, "floor")), 2) for b in bits},
+                "sqnr_nearest_db": {b: round(sqnr_db(w, fake_quantize(w, b, "nearest")), 2) for b in bits},
+            }
+        )
     return rows
 
 
@@ -105,7 +103,8 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
     hist_png = figure_png(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for (name, w), color in zip(layers, plt.cm.tab10.colors):
+    for k, (name, w) in enumerate(layers):
+        color = plt.cm.tab10(k % 10)
         ax.plot(
             ALL_BITS,
             [sqnr_db(w, fake_quantize(w, b, "nearest")) for b in ALL_BITS],

@@ -22,11 +22,15 @@ through ``torch.fake_quantize_per_tensor_affine``, whose straight-through gradie
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from quantize.affine import AffineParams, Rounding, affine_params_from_range, check_bits
+
+if TYPE_CHECKING:  # a type only: this module needs torch alone (quarl quantizes any SB3 network with it)
+    from policies.actor import DiscreteActor
 
 
 def weight_params(w: torch.Tensor, bits: int) -> AffineParams:
@@ -44,6 +48,12 @@ def fake_quant_weight(w: torch.Tensor, bits: int, rounding: Rounding = "nearest"
 
 class ActivationQuant(nn.Module):
     """Monitors min/max while ``observing``; fake-quantizes with the frozen range once ``frozen``."""
+
+    # buffers (register_buffer): saved with the module's state and moved with it
+    lo: torch.Tensor
+    hi: torch.Tensor
+    mean: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, bits: int):
         super().__init__()
@@ -93,11 +103,9 @@ class QuantLinear(nn.Module):
 class QuantBody(nn.Module):
     """obs -> [actq] -> (QuantLinear -> ReLU -> actq) x hidden: drop-in for SB3's policy_net."""
 
-    def __init__(
-        self, body: nn.Sequential, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"
-    ):
+    def __init__(self, body: nn.Module, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"):
         super().__init__()
-        layers = list(body)
+        layers = list(body) if isinstance(body, nn.Sequential) else []
         if not layers or not all(isinstance(m, (nn.Linear, nn.ReLU)) for m in layers):
             raise ValueError(f"expected a Sequential of Linear/ReLU, got {body}")
         self.input_quant = ActivationQuant(bits) if quantize_activations else None
@@ -122,8 +130,8 @@ class FakeQuantActor(nn.Module):
 
     def __init__(
         self,
-        body: nn.Module,
-        head: nn.Linear,
+        body: nn.Module,  # a QuantBody, or a Sequential of Linear/ReLU to wrap in one
+        head: nn.Linear | QuantLinear,
         obs_dim: int,
         bits: int,
         quantize_activations: bool = True,
@@ -136,7 +144,7 @@ class FakeQuantActor(nn.Module):
 
     @classmethod
     def from_actor(
-        cls, actor: nn.Module, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"
+        cls, actor: DiscreteActor, bits: int, quantize_activations: bool = True, rounding: Rounding = "nearest"
     ) -> FakeQuantActor:
         """A copy of a DiscreteActor (body Sequential + head Linear) with quantizers inserted."""
         a = copy.deepcopy(actor)
@@ -224,8 +232,8 @@ def freeze_and_quantize(module: nn.Module) -> None:
         if not torch.isfinite(q.lo):
             raise RuntimeError("an activation quantizer saw no data before freezing")
         q.observing, q.frozen = False, True
-    for q in weight_quantizers(module):
-        q.enabled = True
+    for w in weight_quantizers(module):
+        w.enabled = True
 
 
 def correct_biases(body: QuantBody, head: QuantLinear) -> None:
@@ -249,7 +257,7 @@ def correct_biases(body: QuantBody, head: QuantLinear) -> None:
             if q.mean.numel() != lin.linear.in_features or lin.linear.bias is None:
                 raise RuntimeError("bias correction: no monitored input mean for a layer")
             w = lin.linear.weight
-            lin.linear.bias += (w - fake_quant_weight(w, lin.bits, lin.rounding)) @ q.mean
+            lin.linear.bias.add_((w - fake_quant_weight(w, lin.bits, lin.rounding)) @ q.mean)
 
 
 def calibrate(actor: FakeQuantActor, obs: torch.Tensor, batch: int = 2048, bias_correction: bool = False) -> None:

@@ -42,8 +42,11 @@ def int8_scheme_from_weights(model: onnx.ModelProto) -> dict | None:
         if name in types:
             return onnx.helper.tensor_dtype_to_np_dtype(types[name]).name
         node = producers.get(name)
-        zp_index = {"QuantizeLinear": 2, "QGemm": 8}.get(node.op_type) if node is not None else None
-        zp = inits.get(node.input[zp_index]) if zp_index is not None and len(node.input) > zp_index else None
+        zp = None
+        if node is not None:
+            zp_index = {"QuantizeLinear": 2, "QGemm": 8}.get(node.op_type)
+            if zp_index is not None and len(node.input) > zp_index:
+                zp = inits.get(node.input[zp_index])
         return onnx.helper.tensor_dtype_to_np_dtype(zp.data_type).name if zp is not None else "uint8"
 
     for node in model.graph.node:

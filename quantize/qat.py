@@ -24,10 +24,12 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from quantize.affine import Rounding
 from quantize.errors import QuantizeError
 from quantize.fakequant import (
     FakeQuantActor,
@@ -38,6 +40,9 @@ from quantize.fakequant import (
     quant_linears,
 )
 
+if TYPE_CHECKING:
+    from policies.config import TrainConfig
+
 QAT_SEED_OFFSET = 900_000  # training seeds: TRAIN_SEED_BASE + run seed * 1M + 900k + bits * 1000
 
 
@@ -45,7 +50,7 @@ QAT_SEED_OFFSET = 900_000  # training seeds: TRAIN_SEED_BASE + run seed * 1M + 9
 class QatResult:
     actor: FakeQuantActor
     float_actor: torch.nn.Module
-    run_cfg: object
+    run_cfg: TrainConfig
     checkpoint: Path
     bits: int
     delay: int
@@ -71,7 +76,7 @@ def train_qat(
     learning_rate: float = 1e-4,
     seed: int = 0,
     threads: int = 2,
-    rounding: str = "nearest",
+    rounding: Rounding = "nearest",
     progress: bool = True,
     bias_correction: bool = False,
 ) -> QatResult:

@@ -1,6 +1,7 @@
 """deployment_study.memfit: bad input exits 2 with one line; a short real run (bridge as a separate process in a
 real memory cgroup, real onnxruntime) writes its results; without cgroups the constrained runs are
-skipped with the reason."""
+skipped with the reason. The library (deployment_study.memfit_run) returns its result and writes memfit.json;
+deployment_study.render_memfit writes the markdown and the figure from it."""
 
 import json
 import subprocess
@@ -11,7 +12,8 @@ import pytest
 from cgroup_support import SUPPORT
 
 import device_emulation.memlimit as memlimit
-from deployment_study.memfit import MemfitResult, read_onnx_metadata, run_memory_fit
+from deployment_study.memfit_run import MemfitResult, read_onnx_metadata, run_memory_fit
+from deployment_study.render_memfit import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "policy1_int8.onnx"
@@ -106,7 +108,7 @@ def test_short_run_constrained_and_baseline(tmp_path):
 def test_too_small_without_swap_does_not_load(tmp_path):
     # Policy III fp32 (27.5 MB of weights, held in several copies while onnxruntime loads it: about
     # 100 MB of the bridge's own pages) cannot load in 64 MB without swap: the OOM killer ends it
-    rows = run_memory_fit(
+    result = run_memory_fit(
         [ROOT / "models" / "policy3_fp32.onnx"],
         memory_mb=64,
         swap_mb=0,
@@ -116,26 +118,32 @@ def test_too_small_without_swap_does_not_load(tmp_path):
         max_steps=10,
         load_timeout_s=60,
     )
-    assert len(rows) == 1
-    r = rows[0]
+    assert len(result.rows) == 1
+    r = result.rows[0]
     assert not r.loaded and r.oom_kills >= 1 and r.exit_code not in (0, None)
     assert "did not start" in r.error
+    write_report(result)
     assert "| **no** (exit" in (tmp_path / "memfit.md").read_text()
 
 
 def test_without_cgroups_constrained_runs_are_skipped_with_reason(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)
-    rows = run_memory_fit([MODEL], memory_mb=256, swap_mb=0, episodes=1, out_dir=tmp_path, max_steps=20)
+    result = run_memory_fit([MODEL], memory_mb=256, swap_mb=0, episodes=1, out_dir=tmp_path, max_steps=20)
+    rows = result.rows
     assert [r.condition for r in rows] == ["unconstrained", "constrained"]
     assert rows[0].flown and rows[0].cgroup is None
     assert "not root" in rows[1].skipped
     assert "constrained runs skipped: not root" in capsys.readouterr().err
+    assert not (tmp_path / "memfit.md").exists()  # the experiment returns data; rendering is the caller's
+    assert write_report(result) == [tmp_path / "memfit.md", tmp_path / "memory_over_time.png"]
     assert "skipped: not root" in (tmp_path / "memfit.md").read_text()
     assert json.loads((tmp_path / "memfit.json").read_text())["command"] is None  # a library call types no command
 
 
 def test_time_budget_stops_starting_episodes(tmp_path, monkeypatch):
     monkeypatch.setattr(memlimit, "_is_root", lambda: False)  # the baseline alone, no cgroup needed
-    rows = run_memory_fit([MODEL], memory_mb="256:0", episodes=3, out_dir=tmp_path, max_steps=10, time_budget_s=1e-3)
+    rows = run_memory_fit(
+        [MODEL], memory_mb="256:0", episodes=3, out_dir=tmp_path, max_steps=10, time_budget_s=1e-3
+    ).rows
     assert rows[0].time_budget_hit and rows[0].episodes == 1 and rows[0].steps <= 10
     assert rows[1].memory_limit_mb == 256 and rows[1].swap_limit_mb == 0 and rows[1].skipped

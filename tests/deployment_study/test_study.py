@@ -348,9 +348,11 @@ def test_study_memory_stage(finished):
         if r["condition"] == "constrained":
             assert r["swap_limit_mb"] == 0 and r["cgroup_peak_bytes"] <= r["memory_limit_mb"] * 2**20
             assert r["vs_unconstrained"]["infer_p50_ms"] > 0
-    for part in mem["parts"].values():
+    for part in mem["parts"].values():  # the stage keeps memfit.json; the study renders beside it
         assert "cgroup_samples" in json.loads((Path(part) / "memfit.json").read_text())["rows"][0]
-    assert (out / "memory_fit_over_time.png").stat().st_size > 1000
+        assert "| constrained (" in (Path(part) / "memfit.md").read_text()
+        assert (Path(part) / "memory_over_time.png").stat().st_size > 1000
+    assert mem["plot"] == "memory_fit_over_time.png" and (out / mem["plot"]).stat().st_size > 1000
     stage = json.loads((out / "memory" / "stage.json").read_text())  # kept for re-renders of the study
     assert (
         mem["measured"] == stage
@@ -432,7 +434,7 @@ def test_memory_runs_below_the_weights_are_short():
 
 
 def test_memory_readings_follow_the_measurements():
-    from deployment_study.memfit import MemfitRow
+    from deployment_study.memfit_run import MemfitRow
     from deployment_study.memory_stage import classify, verdict
 
     def row(**fields) -> MemfitRow:  # a row as memfit.json holds it

@@ -45,8 +45,8 @@ def test_distill_then_finetune(tiny_run, tmp_path):
     assert (tmp_path / "student.onnx").stat().st_size > 0
 
     # warm start copies the student's actor exactly
+    from policies.builders import build_model, make_vec_env, warm_start
     from policies.config import TrainConfig
-    from policies.train import build_model, make_vec_env, warm_start
 
     cfg = TrainConfig(policy="policy1", num_envs=2, n_steps=128, batch_size=256, progress=False)
     fresh = build_model(cfg, make_vec_env(cfg), tb_dir=None)

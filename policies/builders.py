@@ -1,0 +1,117 @@
+"""The model and its environment for a training run, built from a TrainConfig: the SB3 vector env over
+nav_env's native one, the SB3 algorithm with the preset's network, and a warm start from another run.
+
+The training run (policies.training_loop), the throughput bench (policies.bench) and distillation
+(policies.distill) build their models here; policies.train is the command around the training run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from policies.config import TRAIN_SEED_BASE, TrainConfig
+from policies.errors import UserError
+from policies.presets import get_preset
+
+if TYPE_CHECKING:  # torch and SB3 load in the functions that use them: importing this module costs nothing
+    from policies.vec_adapter import NavSB3VecEnv
+
+
+def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
+    from policies.vec_adapter import NavSB3VecEnv
+
+    latency = cfg.latency_source()
+    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate, latency=latency)
+    # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
+    # episodes rather than replaying the first ones.
+    seed = TRAIN_SEED_BASE + cfg.seed * 1_000_000 + restart * 10_000
+    venv.seed(seed)
+    if latency is not None:
+        latency.start_episode(seed)  # the delays drawn during training are reproducible too
+    return venv
+
+
+def lr_schedule(cfg: TrainConfig):
+    lr = cfg.learning_rate
+    if cfg.lr_schedule == "constant":
+        return lr
+    return lambda progress_remaining: lr * max(progress_remaining, 0.0)
+
+
+def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
+    from torch import nn
+
+    from policies.actor import algo_class
+
+    preset = get_preset(cfg.policy)
+    common = dict(
+        env=venv,
+        learning_rate=lr_schedule(cfg),
+        gamma=cfg.gamma,
+        seed=cfg.seed,
+        device="cpu",
+        tensorboard_log=tb_dir,
+        verbose=0,
+    )
+    if cfg.algo == "dqn":
+        return algo_class("dqn")(
+            "MlpPolicy",
+            policy_kwargs=dict(net_arch=list(preset.actor), activation_fn=nn.ReLU),
+            buffer_size=cfg.buffer_size,
+            learning_starts=cfg.learning_starts,
+            batch_size=cfg.batch_size,
+            train_freq=cfg.train_freq,
+            gradient_steps=cfg.gradient_steps,
+            target_update_interval=max(cfg.target_update_interval // cfg.num_envs, 1),
+            exploration_fraction=cfg.exploration_fraction,
+            exploration_final_eps=cfg.exploration_final_eps,
+            max_grad_norm=cfg.max_grad_norm,
+            **common,
+        )
+    policy_kwargs = dict(net_arch=dict(pi=list(preset.actor), vf=list(preset.critic)), activation_fn=nn.ReLU)
+    if cfg.algo == "a2c":
+        return algo_class("a2c")(
+            "MlpPolicy",
+            policy_kwargs=policy_kwargs,
+            n_steps=cfg.n_steps,
+            gae_lambda=cfg.gae_lambda,
+            ent_coef=cfg.ent_coef,
+            vf_coef=cfg.vf_coef,
+            max_grad_norm=cfg.max_grad_norm,
+            **common,
+        )
+    return algo_class("ppo")(
+        "MlpPolicy",
+        policy_kwargs=policy_kwargs,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        **common,
+    )
+
+
+def warm_start(model, source: str) -> None:
+    """Copy the actor (policy_net + action_net) from another checkpoint / run dir of the same preset."""
+    from policies.actor import load_run
+
+    src = Path(source)
+    if src.is_dir():
+        _, teacher, _ = load_run(src)
+    else:
+        from stable_baselines3 import PPO
+
+        if not src.is_file():
+            raise UserError(f"init_from not found: {src}")
+        teacher = PPO.load(src, device="cpu")
+    for name in ("mlp_extractor.policy_net", "action_net"):
+        dst_mod, src_mod = model.policy.get_submodule(name), teacher.policy.get_submodule(name)
+        try:
+            dst_mod.load_state_dict(src_mod.state_dict())
+        except RuntimeError:
+            raise UserError(f"init_from {src}: {name} has a different architecture") from None
