@@ -277,7 +277,14 @@ def test_a_full_peer_cap_is_busy_and_a_full_connection_cap_is_named(model: bytes
     not as a CurveZMQ failure (the bridge runs without keys)."""
     with BridgeProcess(["--max-peers", "1"]) as small:
         holder = BridgeClient(small.endpoint, timeout_s=2.0)
-        holder.load_policy(model)
+        deadline = time.monotonic() + 5
+        while True:  # the launcher's readiness probe has just left: its slot frees once the bridge sees the close
+            try:
+                holder.load_policy(model)
+                break
+            except BridgeBusy:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
         refused = BridgeClient(small.endpoint, timeout_s=2.0, retries=0)
         with pytest.raises(BridgeBusy, match="peer cap full.*--max-peers") as info:
             refused.act(np.zeros(OBS_DIM))
