@@ -1,4 +1,4 @@
-"""actorq: ActorQ (QuaRL's distributed actor-learner RL with int8 actors) for airq, issue 17 (docs/actorq.md).
+"""actorq: ActorQ (QuaRL's distributed actor-learner RL with int8 actors) for airq (docs/actorq.md).
 
 * ``python -m actorq.train``: an fp32 learner (``actorq.learner``: an SB3 DQN or TD3 fed through its replay
   buffer), N rollout actors (``actorq.rollout``: one env and one onnxruntime session each, int8 or fp32) and a

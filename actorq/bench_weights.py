@@ -16,7 +16,7 @@ drift hits all paths alike:
 It reports medians over the versions and ratios (full / template) measured in the same run, and on
 held-out observations how often each int8 model picks the fp32 network's action and its logit error.
 Networks: ``policy3`` (1032-4096-512-1024-25) with the trained weights of ``--policy3-weights`` when that
-file exists (the shipped Policy III), else torch's initialisation; ``actorq`` (1032-4096x3-25, issue 17's
+file exists (the shipped Policy III), else torch's initialisation; ``actorq`` (1032-4096x3-25, the ActorQ study's
 ActorQ network) and ``policy1``/``policy2`` with torch's initialisation (seed ``--seed``). Observations come
 from ``nav_env``'s scripted heuristic flying ``default`` (calibration seeds 2,000,000+, held-out 3,000,000+).
 """

@@ -23,7 +23,7 @@ from policies.actor import DiscreteActor
 from policies.presets import PRESETS
 
 OBS_DIM = 32 * 32 + N_STATE_FEATURES  # the 1032-float observation of the default camera
-# ActorQ's network in issue 17's measurements: 1032 -> 4096 x 3 -> 25 (37.9M parameters), where int8 pays.
+# ActorQ's network in its study's measurements: 1032 -> 4096 x 3 -> 25 (37.9M parameters), where int8 pays.
 ACTORQ_HIDDEN = (4096, 4096, 4096)
 NETWORKS: dict[str, tuple[int, ...]] = {name: preset.actor for name, preset in PRESETS.items()} | {
     "actorq": ACTORQ_HIDDEN

@@ -2,7 +2,7 @@
 
 An fp32 learner publishes a new weight version (``actorq.nets.actor_weights``: ``{name: float32 array}``)
 every so often; each actor needs it as an onnxruntime model. Exporting the torch network and running
-``quantize_static`` again for every version costs seconds (issue 17: about 8.5 s for the 37.9M-parameter
+``quantize_static`` again for every version costs seconds (about 8.5 s for the 37.9M-parameter
 ActorQ MLP). Here the graph is made once per run and only the numbers change:
 
 * ``Int8Template``: the template is quantize's own static-int8 recipe, ``quantize.ptq.quantize_static_int8``

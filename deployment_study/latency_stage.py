@@ -1,4 +1,4 @@
-"""The study's latency stage: does int8's speed on the board turn into success? (issue 16, docs/latency.md)
+"""The study's latency stage: does int8's speed on the board turn into success? (docs/latency.md)
 
 Every model with a board prediction (the roofline's "predicted on Pi", shown only where the roofline check
 agreed) flies the study's seeded episodes twice more: in lockstep and with each action landing the model's

@@ -1,4 +1,4 @@
-"""Does a policy fit a Pi-sized RAM? The seed's swap effect, measured (issue #9).
+"""Does a policy fit a Pi-sized RAM? The seed's swap effect, measured.
 
     python -m deployment_study.memfit --model out/memfit/policy3_airlearning_fp32.onnx \\
         --model out/memfit/policy3_airlearning_int8.onnx --memory-mb 900 --swap-mb 2048 --episodes 10 --out out/memfit/run

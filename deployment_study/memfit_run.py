@@ -1,4 +1,4 @@
-"""The memory-fit experiment: does a policy fit a Pi-sized RAM? The seed's swap effect, measured (issue #9).
+"""The memory-fit experiment: does a policy fit a Pi-sized RAM? The seed's swap effect, measured.
 ``python -m deployment_study.memfit`` is its command; deployment_study.memory_stage runs it for the study.
 
 For each model the bridge (``python -m firmware_bridge.serve --policy FILE``: loaded from a local file,

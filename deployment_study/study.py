@@ -537,7 +537,7 @@ def latency_targets(
 def memory_slowdown(memory: MemoryResult, model: str, memory_mb: int) -> tuple[float | None, str]:
     """How much slower the memory stage measured ``model`` at the board's RAM (with swap, as a Pi runs)
     than unconstrained: (factor, where) or (None, why not). A factor below 1 is taken as 1: a RAM limit does
-    not make inference faster, so a measured speed-up is this machine's noise (0.94x on 2026-11-26)."""
+    not make inference faster, so a measured speed-up is the host's noise."""
     rows = [r for r in memory.rows if Path(r.model) == Path(model) and r.infer_p50_ms]
     free = next((r for r in rows if r.condition == "unconstrained"), None)
     at_board = next((r for r in rows if r.condition == "constrained" and r.memory_limit_mb == memory_mb), None)

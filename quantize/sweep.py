@@ -11,8 +11,8 @@ rounds weights to nearest (the seed's public code, np.rint); ``-floor`` is the p
   qat                QAT (quantize.qat): fine-tune with fake-quant weights + activations
   qat-floor          the same, weights with the floor formula
   qat-floor-bc       qat-floor with bias correction at the freeze
-Activations always round to nearest. The names before issue 13 (ptq / qat meant floor) are renamed:
-ptq-nearest, qat-nearest, ptq-bc and qat-bc are refused with a one-line error naming the new name
+Activations always round to nearest. The method names ptq-nearest, qat-nearest, ptq-bc and qat-bc,
+which other versions used, are refused with a one-line error naming the current name
 (RENAMED), so an old command never silently measures another quantizer. Every method and the fp32
 actor play the same seeded episodes (seed + j), so each cell also gets a paired difference to fp32
 (McNemar). Cells are cached in OUT/cells/ under the method and its weight rounding, so an interrupted

@@ -1,4 +1,4 @@
-"""quarl: the QuaRL quantization study on standard tasks (issue 18), on top of policies and quantize.
+"""quarl: the QuaRL quantization study on standard tasks, on top of policies and quantize.
 
     python -m quarl run configs/quarl/cpu.toml            # train, quantize, sweep, QAT, evaluate (Ray Tune)
     python -m quarl report out/quarl/cpu                  # Table 2, Figure 1-3 style outputs

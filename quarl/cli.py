@@ -1,4 +1,4 @@
-"""python -m quarl: the QuaRL quantization study on standard RL tasks (issue 18), from the command line.
+"""python -m quarl: the QuaRL quantization study on standard RL tasks, from the command line.
 
     python -m quarl run configs/quarl/cpu.toml                  # every trial, local Ray (all CPUs)
     python -m quarl run configs/quarl/cpu.toml --dry-run        # the trials and their cost; nothing runs

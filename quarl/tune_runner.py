@@ -60,13 +60,9 @@ STUDY_JSON = "study.json"
 TUNE_DIR = "tune"
 TRIALS_DIR = "trials"
 
-# Training env steps per second of one trial on one core, measured with SB3 and the zoo's settings on the 2-core AMD
-# EPYC VM (AVX2, no VNNI), torch 2.13.0, SB3 2.9.2. Classic control and Atari on 2026-11-23 (CartPole PPO 100k steps in
-# 53 s, A2C 500k in 125 s; Pong PPO 113, A2C 154, DQN 28 steps/s; PyBullet HalfCheetah TD3 53 steps/s); DQN, DDPG and
-# MinAtar from the trials of `python -m quarl run configs/quarl/cpu.toml` on 2026-11-26, two trials at once on the
-# otherwise quiet machine (medians: MountainCar DQN 331, MountainCarContinuous DDPG 45, MinAtar DQN 505 and PPO
-# 2,270 steps/s; its QAT fine-tuning ran at about half the training rate, fake quantization and a refilled replay
-# buffer included). --dry-run's estimate only; entries missing here (e.g. SAC) are left out of the estimate and said so.
+# Training env steps per second of one trial on one core with SB3 and the zoo's settings, as the study's own trials
+# measure them (docs/results.md, "The QuaRL study": the runs, machine and versions behind each figure). For --dry-run's
+# estimate only; entries missing here (e.g. SAC) are left out of the estimate and said so.
 MEASURED_STEPS_PER_S: dict[str, dict[str, float]] = {
     "classic": {"ppo": 1890, "a2c": 4000, "dqn": 330, "ddpg": 45, "td3": 45},
     "minatar": {"ppo": 2270, "a2c": 3030, "dqn": 505},

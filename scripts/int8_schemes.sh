@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Re-quantize the shipped int8 models and measure the int8 schemes against each other (issue 13;
-# docs/quantize.md, "Int8 that computes the same on every CPU"). Run from the repo root:
+# Re-quantize the shipped int8 models and measure the int8 schemes against each other
+# (docs/quantize.md, "Int8 that computes the same on every CPU"). Run from the repo root:
 #   bash scripts/int8_schemes.sh [POLICY ...]      # default: all five shipped policies; ~45 min on 2 cores
 # Writes models/*_int8.onnx, *_int8-dynamic.onnx and their cards; candidates, evaluations (1000 paired
 # episodes per level) and benchmarks go to out/int8-schemes/.
@@ -60,7 +60,7 @@ for P in "${@:-policy1 policy1_hard policy2 policy2_hard policy3}"; do
       [ -f models/${P}_$t.onnx ] || continue
       FLAGS=""; [ $t = int8 ] && FLAGS=" $(shipped_flags $P)"
       MADE="python -m quantize ptq $SRC --to $t$FLAGS -o models/${P}_$t.onnx $PTQ"
-      [ $t = fp16 ] && MADE="python -m quantize ptq $SRC --to fp16 -o models/${P}_fp16.onnx $PTQ   # made before issue 13, unchanged"
+      [ $t = fp16 ] && MADE="python -m quantize ptq $SRC --to fp16 -o models/${P}_fp16.onnx $PTQ   # not re-made by this script"
       $PY -m quantize card models/${P}_$t.onnx --eval $OUT/${P}_default.json $OUT/${P}_hard.json --bench $OUT/${P}_bench.json \
         --made-with "$MADE
 bash scripts/int8_schemes.sh $P   # evaluations (1000 paired episodes per level) and benchmark" -o models/${P}_$t.md

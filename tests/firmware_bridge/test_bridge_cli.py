@@ -161,7 +161,7 @@ def test_bench_table_and_missing_policy(tmp_path: Path) -> None:
     assert "round trip" in result.stdout and "overhead (rt - inference)" in result.stdout
     assert "DEALER client (firmware_bridge.client, spin 0 us)" in result.stdout
     assert_usage_error(run_module("firmware_bridge.bench", "--policy", str(tmp_path / "nope.onnx")), "nope.onnx")
-    # one client, the control loop's (issue 15): the bench's own REQ client is gone
+    # one client, the control loop's: the bench has no REQ client of its own
     assert_usage_error(run_module("firmware_bridge.bench", "--client", "req"), "--client", "'req'", "DEALER")
     assert_usage_error(run_module("firmware_bridge.bench", "--spin-us", "-1"), "--spin-us")
 

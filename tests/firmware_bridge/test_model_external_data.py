@@ -1,6 +1,6 @@
 """An uploaded model must never make the bridge read a file: external data is refused before onnxruntime.
 
-The exploit (issue 14): a ~300-byte model whose one initializer lives in *external data* at a relative
+The exploit: a ~300-byte model whose one initializer lives in *external data* at a relative
 path, graph Gather(weights, Cast(obs[:, 0])) -> logits. onnxruntime resolves the path against the
 bridge's working directory, so each act returned bytes of that file as logits.
 """

@@ -104,7 +104,7 @@ def test_systemd_analyze_verify_and_security(tmp_path):
             r"Overall exposure level for airq-bridge\.service: ([0-9.]+)", security.stdout + security.stderr
         ).group(1)
     )
-    assert score <= 2.0, security.stdout[-2000:]  # was 8.6 "EXPOSED" before the sandboxing
+    assert score <= 2.0, security.stdout[-2000:]  # 8.6 "EXPOSED" without the sandboxing
 
 
 def _mdwe_missing() -> str | None:

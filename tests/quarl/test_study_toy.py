@@ -1,4 +1,4 @@
-"""The study end to end at toy scale (issue 18's CI run): configs/quarl/toy.toml (CartPole, PPO and A2C, two
+"""The study end to end at toy scale (the CI run): configs/quarl/toy.toml (CartPole, PPO and A2C, two
 seeds, two bit widths) through a real local Ray Tune, then the report: its table, CSV, figures and reading."""
 
 from __future__ import annotations

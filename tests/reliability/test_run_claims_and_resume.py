@@ -1,4 +1,4 @@
-"""What a failed, resumed or abandoned run leaves behind (issue 14, section 4), with real processes.
+"""What a failed, resumed or abandoned run leaves behind with real processes.
 
 * A run or study that fails before recording anything claims nothing: the corrected rerun works, and
   an interrupted run already in that --out stays as it was, resumable.
@@ -182,7 +182,7 @@ def test_a_run_interrupted_before_its_first_episode_leaves_nothing(policies, tmp
         code, _, stderr = finish_within(process, 60)
     if how == signal.SIGINT:
         assert code == 130 and "nothing written" in stderr and "--resume" not in stderr, stderr[-2000:]
-    else:  # no cleanup ran: what is not on disk was never written (was a header-only run.jsonl)
+    else:  # no cleanup ran: what is not on disk was never written (no header-only run.jsonl)
         assert code == -signal.SIGKILL
     assert not list(out.glob("run*.jsonl")) and not (out / "report.json").exists()
 
@@ -379,7 +379,7 @@ GIVE_UP_MARGIN_S = 0.75  # a control period or a shortened retry, and hil.run's 
 def test_max_outage_holds_through_the_requests_between_episodes(policies, tmp_path):
     """1 s episodes, a 2 s limit and the default 1 s request timeout: the outage outlives the episode
     it began in and meets the status/reset requests, whose three Lazy Pirate attempts (3 s) must not
-    stretch it (was 4 s after the kill)."""
+    stretch it to 4 s after the kill."""
     out = tmp_path / "between"
     max_outage_s = 2.0
     with BridgeProcess([]) as bridge:
