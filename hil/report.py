@@ -21,6 +21,7 @@ import numpy as np
 
 from airq_cli import json_text, shown, write_atomic, write_json
 from hil.loop import LoopRecord
+from hil.report_html import write_run_html
 from nav_env.latency import round_trip_quantiles_us
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
@@ -316,6 +317,7 @@ def write_report(
                 _DRAWN[path] = weakref.ref(frame)
             written.append(path)
     written += _plots(out_dir, runs, records)
+    written.append(write_run_html(out_dir / "report.json", written))  # report.html: the JSON and figures in one page
     return written
 
 
