@@ -48,7 +48,8 @@ FLAGS = (
     "--remote-debugging-pipe",
 )
 WIDTH = 1280  # CSS pixels: a laptop's window
-# Where the screenshots are kept for a person to look at (AIRQ_SCREENSHOT_DIR); by default beside the page.
+# Where the screenshots are kept for a person to look at (AIRQ_SCREENSHOT_DIR); by default in screenshots/ beside
+# the page, apart from the figures the page embeds.
 SHOTS = "AIRQ_SCREENSHOT_DIR"
 
 
@@ -119,7 +120,11 @@ class DevTools:
         return reply.get("result", {})
 
     def wait(self, matches, timeout_s: float = 30) -> dict[str, Any]:
-        """The first message that ``matches``; every other message is kept in ``events``."""
+        """The first message that ``matches``, among the events already kept (one may come before the reply to
+        the command that caused it) or the messages to come; every other message is kept in ``events``."""
+        earlier = next((m for m in self.events if matches(m)), None)
+        if earlier is not None:
+            return earlier
         end = time.monotonic() + timeout_s
         while True:
             while b"\0" in self._buffer:
@@ -264,12 +269,12 @@ def blank(png: bytes) -> bool:
 def check_page(page: Path, data: dict[str, Any], required: list[str], expression: str = "null") -> Loaded:
     """Load ``page`` and assert: no console error, nothing fetched but the page itself and data: URIs, no
     http(s) reference in its source, a screenshot that is not blank, every ``required`` key marked, and every
-    marked number equal to ``data``'s. The screenshot is kept (AIRQ_SCREENSHOT_DIR or beside the page)."""
+    marked number equal to ``data``'s. The screenshot is kept (AIRQ_SCREENSHOT_DIR, or screenshots/ beside the page)."""
     source = page.read_text()
     assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", source), "the page references the network"
     assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", source), "the page's style references the network"
     loaded = load(page, expression)
-    shots = Path(os.environ.get(SHOTS) or page.parent)
+    shots = Path(os.environ.get(SHOTS) or page.parent / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     (shots / f"{page.parent.name}-{page.stem}.png").write_bytes(loaded.screenshot)
     assert loaded.errors == [], loaded.errors
