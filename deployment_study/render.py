@@ -646,7 +646,7 @@ def _latency_figure(plt: Any, data: StudyResults) -> Any:
         frameon=False,
     )
     fig.suptitle(
-        f"Device inference per act, timing pass on {_where(data)}: bar = median (p50), whisker = p99; "
+        f"Device inference per act, timing pass on {_where(data)}:\nbar = median (p50), whisker = p99; "
         "label = p50 and speed-up over fp32",
         fontsize=10,
     )
@@ -722,8 +722,9 @@ def _memory_figure(plt: Any, data: StudyResults) -> Any:
     level0 = data.args.levels[0]
     groups = _groups(data)
     precision_of = {r.model: r.precision for r in data.rows}
+    # 7 inches at least: one policy's panel alone is narrower than the legend
     fig, axes = plt.subplots(
-        1, max(1, len(groups)), figsize=(4.8 * max(1, len(groups)), 4.4), squeeze=False, layout="constrained"
+        1, max(1, len(groups)), figsize=(max(7.0, 4.8 * len(groups)), 4.4), squeeze=False, layout="constrained"
     )
     present: list[str] = []
     for ax, group in zip(axes[0], groups, strict=False):
@@ -751,5 +752,5 @@ def _memory_figure(plt: Any, data: StudyResults) -> Any:
     ]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     process = "one bridge process per model" if data.args.sim_only else "one bridge serves every model in turn"
-    fig.suptitle(f"Bridge memory during the closed loop, level {level0} ({process}; MiB = 2^20 bytes)", fontsize=10)
+    fig.suptitle(f"Bridge memory during the closed loop, level {level0}\n({process}; MiB = 2^20 bytes)", fontsize=10)
     return fig

@@ -73,6 +73,7 @@ from deployment_study import latency_stage, memory_stage, render, render_memfit
 from deployment_study.args import PRECISIONS, SHIPPED, StudyArgs
 from deployment_study.memfit_run import MemfitResult
 from deployment_study.memory_stage import MemoryPlan, MemoryResult
+from deployment_study.report_html import write_study_html
 from deployment_study.results import (
     Cell,
     Latency,
@@ -336,6 +337,7 @@ class Study:
         r.wall_s = sum(x.wall_s for x in r.sessions)
         self.save()
         written = render.write_plots(self.out, r)
+        written.append(write_study_html(self.out / "study.json", written))  # study.json and figures in one page
         print(render.render_markdown(r))
         self.say(f"done: {self.out / 'study.md'}, {self.out / 'study.json'}, " + ", ".join(p.name for p in written))
         return 0

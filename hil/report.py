@@ -21,6 +21,7 @@ import numpy as np
 
 from airq_cli import json_text, shown, write_atomic, write_json
 from hil.loop import LoopRecord
+from hil.report_html import write_run_html
 from nav_env.latency import round_trip_quantiles_us
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
@@ -468,6 +469,7 @@ def write_report(out_dir: Path, report: Report, records: list[LoopRecord]) -> li
                 _DRAWN[path] = weakref.ref(frame)
             written.append(path)
     written += _plots(out_dir, report.runs, records)
+    written.append(write_run_html(out_dir / "report.json", written))  # report.html: the JSON and figures in one page
     return written
 
 

@@ -19,7 +19,8 @@ Reads every ``STUDY_DIR/trials/*/trial.json`` (a :class:`quarl.results.TrialResu
   SQNR per layer (``quantize.analyze``); ``weights.md`` and ``weight_widths.png``: weight ranges per
   cell and algorithm beside the int8 error (the seed's claim: the widest weights quantize worst).
 * ``reading.md``: statements computed from the numbers above, each with its numbers.
-* ``report.json``: everything above as data.
+* ``report.json``: everything above as data; ``report.html``: all of it in one self-contained page
+  (``quarl.report_html``).
 
 Baseline gate: each trial carries its fp32 gate (``trial.baseline``, ``quarl.published.baseline_gate``).
 A seed whose baseline failed is left out of its cell's numbers; a cell with no passing seed is shown
@@ -45,6 +46,7 @@ from typing import Any
 
 from quarl.config import env_slug
 from quarl.published import is_minatar
+from quarl.report_html import write_report_html
 from quarl.report_plots import reward_vs_bits_png, weight_widths_png, weights_pngs
 from quarl.report_reading import HOLD_ERROR_PCT, reading_markdown
 from quarl.report_records import (
@@ -204,6 +206,7 @@ def build_report(
     put("reading.md", reading_md)
     report = Report(study_dir, out_dir, cells, means, diffs, widths, statements, skipped, unread, files)
     files.append(write_json(out_dir / "report.json", report_dict(report)))
+    files.append(write_report_html(out_dir / "report.json", files))  # report.json and the figures in one page
     return report
 
 

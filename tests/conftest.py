@@ -100,6 +100,7 @@ SLOW: dict[str, float] = {
     "tests/test_cli_contract.py::test_real_tool_outputs_are_readable_by_others": 12,
     "tests/airsim/test_hil_airsim.py": 11,
     "tests/policies/test_latency_training.py": 11,
+    "tests/hil/test_report_html.py": 10,
     "tests/hil/test_run.py": 9,
     "tests/hil/test_run_library.py": 8,
     "tests/test_hil_bench.py": 8,

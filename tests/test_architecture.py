@@ -34,10 +34,11 @@ ALLOWED = {
     # ActorQ: an fp32 learner and int8 actors, on top of training and quantization; never on the Pi
     "actorq": {"airq_cli", "nav_env", "policies", "quantize", "firmware_bridge"},
     # the QuaRL study on standard tasks: training, export and quantization of SB3 policies; of the
-    # nav env only the plotting helper every report uses
+    # nav env only the plotting helper and the HTML page every report uses
     "quarl": {
         "airq_cli",
         "nav_env.render",
+        "nav_env.report_page",
         "policies",
         "quantize",
         "firmware_bridge.device",

@@ -32,6 +32,11 @@ DATA_FILES = (
     "nav_env/levels/easy.toml",
     "nav_env/levels/hard.toml",
     "device_emulation/profiles.toml",
+    "nav_env/templates/report_page.html.j2",
+    "nav_env/templates/report_macros.html.j2",
+    "hil/templates/report.html.j2",
+    "deployment_study/templates/study.html.j2",
+    "quarl/templates/report.html.j2",
 )
 
 FLY = r"""
@@ -40,6 +45,7 @@ import gymnasium as gym
 import nav_env, hil
 from nav_env.config import available_levels
 from device_emulation.profiles import get_profile, load_profiles
+from nav_env.report_page import environment
 
 env = gym.make("AirNav-v0")
 obs, info = env.reset(seed=0)
@@ -53,6 +59,7 @@ print(json.dumps({
     "nav_env": nav_env.__file__, "hil": hil.__file__, "sys_path": sys.path, "steps": steps,
     "obs_shape": list(obs.shape), "levels": available_levels(), "hard_level": gym.make("AirNav-Hard-v0").unwrapped.cfg.level,
     "profiles": sorted(load_profiles()), "pi3b_memory_mb": get_profile("pi3b").memory_mb,
+    "templates": {p: environment(p).list_templates() for p in ("hil", "deployment_study", "quarl")},
 }))
 """
 
@@ -145,3 +152,10 @@ def test_wheel_flies_an_episode_in_a_clean_venv(wheel, tmp_path):
     assert got["hard_level"] == "hard"
     assert 1 <= got["steps"] <= 500 and got["obs_shape"] == [1032]
     assert {"native", "pi3b", "pi4"} <= set(got["profiles"]) and got["pi3b_memory_mb"] > 0
+    # each report page's template, and the shared frame and macros, from the installed packages
+    shared = ["report_macros.html.j2", "report_page.html.j2"]
+    assert got["templates"] == {
+        "hil": sorted(["report.html.j2", *shared]),
+        "deployment_study": sorted(["study.html.j2", *shared]),
+        "quarl": sorted(["report.html.j2", *shared]),
+    }

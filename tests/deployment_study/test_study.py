@@ -192,6 +192,38 @@ def test_study_markdown_has_the_tables(finished):
     assert f"Device {int8_kernels().describe()}." in md
 
 
+def test_study_html_shows_study_json_in_chromium(finished):
+    """study.html in headless Chromium (tests/report_pages.py): no console error, nothing fetched, not blank,
+    every figure shown, and the numbers of every section equal study.json's."""
+    from report_pages import check_page
+
+    out, proc = finished
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((out / "study.json").read_text())
+    row_keys = ("success_rate", "success_ci95.0", "timing_inference_us.p50", "speedup_vs_fp32", "peak_rss_bytes")
+    required = [f"rows.{i}.{k}" for i in range(len(data["rows"])) for k in row_keys]
+    required += [f"seed.table.{g}.{k}" for g in data["seed"]["table"] for k in ("fp32_ms", "int8_ms", "speedup")]
+    required += [f"roofline.{k}.check.predicted_s" for k in range(len(data["roofline"]))]
+    lat, mem = data["latency"], data["memory"]
+    required += [f"latency.rows.{k}.at_board.success_rate" for k in range(len(lat["rows"]))]
+    required += [
+        f"latency.sweep.{c}.flights.{f}.success_rate"
+        for c, s in enumerate(lat["sweep"])
+        for f in range(len(s["flights"]))
+    ]
+    expected = {"latency.png", "success.png", "memory_over_time.png"} | (
+        {"latency_sweep.png"} if lat["sweep"] else set()
+    )
+    if mem["status"] == "done":
+        required += [f"memory.rows.{k}.infer_p50_ms" for k in range(len(mem["rows"]))]
+        expected.add("memory_fit_over_time.png")
+    figures = (
+        "[...document.querySelectorAll('figure img')].map(i => [i.closest('figure').dataset.figure, i.naturalWidth])"
+    )
+    loaded = check_page(out / "study.html", data, required, figures)
+    assert {name for name, width in loaded.found if width > 0} == expected
+
+
 def test_study_rerun_continues_without_flying_again(finished, tiny_models):
     out, _ = finished
     logs = sorted((out / "cells").rglob("run.jsonl"))

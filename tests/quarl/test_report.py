@@ -299,13 +299,17 @@ def test_study_without_trials(tmp_path):
 # ------------------------------------------------------------------------------------------------ figures
 
 
-def test_figures_weights_and_cli(tmp_path, models, capsys):
-    """Two cells (an MLP and a MinAtar CNN), with figures, through the sub-command as quarl.cli will call it."""
-    from PIL import Image
+@pytest.fixture(scope="module")
+def figures_report(tmp_path_factory, models) -> tuple[Path, Path, str]:
+    """Two cells (an MLP and a MinAtar CNN), with figures, through the sub-command as quarl.cli will call it:
+    (the study, the report's folder, what it printed)."""
+    import contextlib
+    import io
 
     from airq_cli import ArgumentParser
     from quarl.report import add_report_parser
 
+    tmp_path = tmp_path_factory.mktemp("figures")
     study = tmp_path / "s"
     for s in (0, 1):
         ptq, qat = {8: 490, 5: 450, 4: 300}, {8: 495, 5: 470, 4: 400}
@@ -318,8 +322,17 @@ def test_figures_weights_and_cli(tmp_path, models, capsys):
     add_report_parser(parser.add_subparsers(dest="command", required=True))
     out = tmp_path / "out"
     args = parser.parse_args(["report", str(study), "--out", str(out)])
-    assert args.func(args) == 0
-    assert "2 cell(s), 2 passed their baseline, 0 skipped" in capsys.readouterr().out
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert args.func(args) == 0
+    return study, out, printed.getvalue()
+
+
+def test_figures_weights_and_cli(figures_report):
+    from PIL import Image
+
+    study, out, printed = figures_report
+    assert "2 cell(s), 2 passed their baseline, 0 skipped" in printed
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == [
         "reward_vs_bits_CartPole-v1_dqn.png",
@@ -344,6 +357,35 @@ def test_figures_weights_and_cli(tmp_path, models, capsys):
     dqn = next(w for w in json.loads((out / "report.json").read_text())["weights"] if w["env_id"] == "CartPole-v1")
     assert dqn["seeds"] == [0, 1] and dqn["figure_seed"] == 0
     assert "| CartPole-v1 | DQN | ok | 0,1 |" in weights and "SQNR 8b (dB)" in weights
+
+
+def test_report_html_shows_report_json_in_chromium(figures_report):
+    """report.html in headless Chromium (tests/report_pages.py): no console error, nothing fetched, not blank,
+    every figure shown, and Table 2, the means, QAT vs PTQ and the weight ranges equal report.json's."""
+    from report_pages import check_page
+
+    _, out, _ = figures_report
+    data = json.loads((out / "report.json").read_text())
+    required = []
+    for i, c in enumerate(data["cells"]):
+        required += [f"cells.{i}.rewards.{p}.mean" for p in c["rewards"]]
+        required += [f"cells.{i}.errors.{p}.mean" for p in c["errors"]] + [f"cells.{i}.threshold"]
+    required += [f"algo_means.{i}.errors.int8" for i in range(len(data["algo_means"]))]
+    required += [f"qat_vs_ptq.{i}.seeds.mean" for i in range(len(data["qat_vs_ptq"]))]
+    required += [f"weights.{i}.widest_range.mean" for i in range(len(data["weights"]))]
+    figures = (
+        "[...document.querySelectorAll('figure img')].map(i => [i.closest('figure').dataset.figure, i.naturalWidth])"
+    )
+    loaded = check_page(out / "report.html", data, required, figures)
+    assert sorted(name for name, width in loaded.found if width > 0) == sorted(p.name for p in out.glob("*.png"))
+
+
+def test_report_html_without_figures_lists_what_was_left_out(main_study):
+    """--no-figures: the page still has every table and says which trials were skipped."""
+    study, report, _ = main_study
+    page = (report.out_dir / "report.html").read_text()
+    assert "<img" not in page and page.count("No figures (written with --no-figures") == len(report.cells)
+    assert all(s.path in page for s in report.skipped) and "baseline failed" in page
 
 
 # ------------------------------------------------------------------------------------------------ published
