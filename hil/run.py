@@ -865,7 +865,7 @@ def describe(result: RunResult) -> str:
             _header(report),
             format_table(report["runs"], report["comparisons"]),
             f"report: {result.report_path} (+ latency_histogram.png, memory_over_time.png, trajectory_*.png); "
-            f"log: {result.log_path}",
+            f"open in a browser: {result.out_dir / 'report.html'}; log: {result.log_path}",
         ]
     )
 
