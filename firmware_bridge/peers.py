@@ -44,7 +44,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TypedDict
 
 import zmq
@@ -233,28 +232,22 @@ class ConnectionGate:
         self._thread.join(timeout=2)
 
 
-@dataclass(slots=True)
-class Peer:
-    serial: int  # the gate's serial of the peer's connection
-    admitted_ns: int
-
-
 class PeerTable:
     """Admission of peers (routing ids) by the request loop; single-threaded (the loop's thread)."""
 
     def __init__(self, gate: ConnectionGate, max_peers: int) -> None:
         self.gate = gate
         self.max_peers = max_peers
-        self.admitted: dict[bytes, Peer] = {}
+        self.admitted: dict[bytes, int] = {}  # routing id -> the gate's serial of its connection
         self.busy_replies = 0  # requests refused with BUSY
         self.dropped_closed = 0  # requests read after their connection had closed: not dispatched
 
     def is_admitted(self, routing_id: bytes) -> bool:
         """The act path's check: an admitted peer whose connection still lives."""
-        peer = self.admitted.get(routing_id)
-        return peer is not None and self.gate.is_live(peer.serial)
+        serial = self.admitted.get(routing_id)
+        return serial is not None and self.gate.is_live(serial)
 
-    def admit(self, routing_id: bytes, fd: int, now_ns: int) -> bool | None:
+    def admit(self, routing_id: bytes, fd: int) -> bool | None:
         """For a request from a peer that is not admitted (is_admitted False): True if it is admitted
         now, False if it is refused (reply BUSY), None if its connection is gone (drop the request).
 
@@ -266,18 +259,18 @@ class PeerTable:
             self.dropped_closed += 1
             return None
         self._forget_dead()
-        for other_id, other in list(self.admitted.items()):
-            if other.serial == serial:  # one connection, two routing ids: the older one's connection is gone
+        for other_id, other_serial in list(self.admitted.items()):
+            if other_serial == serial:  # one connection, two routing ids: the older one's connection is gone
                 del self.admitted[other_id]
         if len(self.admitted) >= self.max_peers:
             self.busy_replies += 1
             return False
-        self.admitted[routing_id] = Peer(serial, now_ns)
+        self.admitted[routing_id] = serial
         return True
 
     def _forget_dead(self) -> None:
         is_live = self.gate.is_live
-        for routing_id in [rid for rid, peer in self.admitted.items() if not is_live(peer.serial)]:
+        for routing_id in [rid for rid, serial in self.admitted.items() if not is_live(serial)]:
             del self.admitted[routing_id]
 
     @property

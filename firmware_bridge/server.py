@@ -273,7 +273,7 @@ class BridgeServer:
                 if peers.is_admitted(frames[0]):
                     frames[-1] = handle(frames[-1], recv_ns)
                 else:
-                    verdict = peers.admit(frames[0], cast(int, routing.get(zmq.SRCFD)), recv_ns)
+                    verdict = peers.admit(frames[0], cast(int, routing.get(zmq.SRCFD)))
                     if verdict is None:  # read after its connection closed: nobody would get the reply
                         counters.requests += 1
                         continue

@@ -46,37 +46,37 @@ def test_first_come_first_served_and_busy_beyond_the_cap() -> None:
     peers, connections = table(2)
     for fd in (10, 11, 12):
         connections.accept(fd)
-    assert peers.admit(b"a", 10, 0) is True and peers.admit(b"b", 11, 0) is True
-    assert peers.admit(b"c", 12, 0) is False and peers.busy_replies == 1
+    assert peers.admit(b"a", 10) is True and peers.admit(b"b", 11) is True
+    assert peers.admit(b"c", 12) is False and peers.busy_replies == 1
     assert peers.is_admitted(b"a") and not peers.is_admitted(b"c")
     # Asked again at its next request: still full.
-    assert peers.admit(b"c", 12, 0) is False
+    assert peers.admit(b"c", 12) is False
 
 
 def test_a_slot_frees_when_its_connection_closes_and_the_refused_peer_is_served_next() -> None:
     peers, connections = table(1)
     connections.accept(10)
     connections.accept(11)
-    assert peers.admit(b"a", 10, 0) is True and peers.admit(b"b", 11, 0) is False
+    assert peers.admit(b"a", 10) is True and peers.admit(b"b", 11) is False
     connections.close(10)
     assert not peers.is_admitted(b"a") and peers.count == 0
-    assert peers.admit(b"b", 11, 0) is True
+    assert peers.admit(b"b", 11) is True
 
 
 def test_a_request_read_after_its_connection_closed_is_dropped() -> None:
     peers, connections = table(4)
     connections.accept(10)
     connections.close(10)
-    assert peers.admit(b"gone", 10, 0) is None and peers.dropped_closed == 1 and peers.count == 0
+    assert peers.admit(b"gone", 10) is None and peers.dropped_closed == 1 and peers.count == 0
 
 
 def test_an_admitted_peer_whose_connection_closed_is_not_admitted_any_more() -> None:
     peers, connections = table(4)
     connections.accept(10)
-    assert peers.admit(b"a", 10, 0) is True
+    assert peers.admit(b"a", 10) is True
     connections.close(10)
     assert not peers.is_admitted(b"a")  # the loop then asks admit(), which drops it
-    assert peers.admit(b"a", 10, 0) is None
+    assert peers.admit(b"a", 10) is None
 
 
 def test_a_reused_descriptor_does_not_keep_a_dead_peer_in_its_slot() -> None:
@@ -87,8 +87,8 @@ def test_a_reused_descriptor_does_not_keep_a_dead_peer_in_its_slot() -> None:
     connections.accept(10)
     connections.close(10)
     connections.accept(10)
-    assert peers.admit(b"old", 10, 0) is True
-    assert peers.admit(b"new", 10, 0) is True and not peers.is_admitted(b"old") and peers.count == 1
+    assert peers.admit(b"old", 10) is True
+    assert peers.admit(b"new", 10) is True and not peers.is_admitted(b"old") and peers.count == 1
 
 
 def test_the_bridge_refuses_a_context_with_more_than_one_io_thread() -> None:
