@@ -109,11 +109,9 @@ class LatencySource:
         which one it took and whether it is this policy go in the report."""
         if self.kind != "replay":
             return self
-        report = (
-            self.replay_report
-            if self.replay_report is not None
-            else json.loads(Path(str(self.replay_path)).read_text())
-        )
+        report = self.replay_report
+        if report is None:
+            raise RuntimeError(f"replay source {self.replay_path} was built without its report (use parse_latency)")
         runs = [r for r in report.get("runs") or [] if r.get("round_trip_quantiles_us")]
         chosen = next((r for r in runs if r.get("sha256") == sha256), None) or next(
             (r for r in runs if Path(str(r.get("policy"))).name == name), runs[0]

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airq_cli import MISSING, write_atomic
+from airq_cli import shown as format_shown
+from airq_cli import write_atomic
 
 if TYPE_CHECKING:
     from jinja2 import Environment
@@ -77,14 +77,12 @@ def lookup(data: Any, key: str) -> Any:
     return value
 
 
-def shown(value: Any, spec: str = "", scale: float = 1) -> str:
-    """A number as a page shows it: times ``scale``, formatted by ``spec``; ``airq_cli.MISSING`` when it was
-    not measured (None or NaN). Non-numbers as they are."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return MISSING
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return format(value * scale if scale != 1 else value, spec)
+def shown(value: Any, spec: str = "", scale: float = 1, suffix: str = "") -> str:
+    """A number as a page shows it: times ``scale``, as ``airq_cli.shown`` formats it (``MISSING`` when it was
+    not measured). Non-numbers as they are."""
+    if isinstance(value, bool) or (value is not None and not isinstance(value, int | float)):
+        return f"{value}{suffix}"
+    return format_shown(value * scale if value is not None and scale != 1 else value, spec, suffix)
 
 
 def json_value(value: Any) -> str:
@@ -113,11 +111,8 @@ def environment(package: str) -> Environment:
     return env
 
 
-def render_page(package: str, template: str, data: Mapping[str, Any], **context: Any) -> str:
-    """``template`` of ``package`` rendered with the report's ``data`` (what the ``num`` macro reads by key)."""
-    return environment(package).get_template(template).render(data=data, **context)
-
-
 def write_page(path: Path, package: str, template: str, data: Mapping[str, Any], **context: Any) -> Path:
-    """:func:`render_page`, written atomically to ``path``."""
-    return write_atomic(path, render_page(package, template, data, **context).encode())
+    """``template`` of ``package`` rendered with the report's ``data`` (what the ``num`` macro reads by key),
+    written atomically to ``path``."""
+    page = environment(package).get_template(template).render(data=data, **context)
+    return write_atomic(path, page.encode())
