@@ -22,8 +22,8 @@ TABLE4_BOARD = "pi3b"  # the seed's Table 4 was measured on a Raspberry Pi 3b: i
 
 def write_study_html(study: Mapping[str, Any] | Path, pngs: Iterable[Path], out_dir: Path | None = None) -> Path:
     """Write ``study.html`` beside study.json (or into ``out_dir``, required when ``study`` is a dict); ``pngs``:
-    the study's figures (other files among them are ignored). The memory stage's figure, which that stage
-    writes itself, is found by the name study.json gives it."""
+    the study's figures (other files among them are ignored). The memory stage's figure, which the study
+    writes after that stage, is found by the name study.json gives it."""
     data, out_dir = read_report(study, out_dir)
     pngs = list(pngs)
     memory_plot = (data.get("memory") or {}).get("plot")

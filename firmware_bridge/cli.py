@@ -120,9 +120,14 @@ def check_output_dir(path: str | os.PathLike[str], flag: str = "") -> Path:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """A result file via a temporary file in its folder and a rename, with the mode open() would give
-    (0666 minus the umask): a reader never sees half a file."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """airq_cli.files.write_atomic's copy for the device install: a result file via a temporary file in its
+    folder (made if missing) and a rename, with the mode open() would give (0666 minus the umask); a path that
+    cannot be written is a UsageError (one line, exit 2)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             umask = os.umask(0)
@@ -130,8 +135,10 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fchmod(handle.fileno(), 0o666 & ~umask)
             handle.write(data)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 

@@ -58,17 +58,16 @@ class Check:
 
 
 def machine() -> dict[str, str]:
-    from firmware_bridge.device import cpu_model, package_versions
+    from firmware_bridge.device import cpu_model
     from firmware_bridge.int8_kernels import int8_kernels
 
     kernels = int8_kernels()
-    versions = package_versions()
     return {
         "cpu": cpu_model(),
         "int8": kernels.cpu_features,
         "u8s8_exact": str(kernels.u8s8_exact),
-        "onnxruntime": versions.get("onnxruntime", "?"),
-        "numpy": versions.get("numpy", "?"),
+        "onnxruntime": kernels.onnxruntime,
+        "numpy": np.__version__,
         "bridge": __version__,
     }
 
@@ -95,8 +94,8 @@ def load_observations(path: Path) -> np.ndarray:
     return np.ascontiguousarray(observations, np.float32)
 
 
-def record(models: list[Path], observations: np.ndarray, out: Path) -> dict[str, str]:
-    """Write the recording (an .npz, atomically); returns {policy name: sha256}."""
+def record(models: list[Path], observations: np.ndarray, out: Path) -> int:
+    """Write the recording (an .npz, atomically); returns how many policies it holds."""
     from firmware_bridge.policy import load_policy_file
 
     arrays: dict[str, np.ndarray] = {"observations": observations}
@@ -106,12 +105,12 @@ def record(models: list[Path], observations: np.ndarray, out: Path) -> dict[str,
         actions, values = run_policy(policy, observations)
         arrays[f"actions_{number}"], arrays[f"values_{number}"] = actions, values
         index.append({"name": path.name, "sha256": policy.sha256})
-    header = {"machine": machine(), "policies": index, "observations_sha256": sha256_hex(observations.tobytes())}
+    header = {"machine": machine(), "policies": index}
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]
     write_atomic(out, buffer.getvalue())
-    return {entry["name"]: entry["sha256"] for entry in index}
+    return len(index)
 
 
 def check(recording: Path, model_paths: list[Path]) -> Check:
@@ -189,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "record":
             out = check_output_file(args.out, "--out")
             observations = load_observations(Path(args.observations))
-            names = record(_model_files(args.models), observations, out)
-            print(f"recorded {len(names)} policies on {len(observations)} observations to {out}")
+            recorded = record(_model_files(args.models), observations, out)
+            print(f"recorded {recorded} policies on {len(observations)} observations to {out}")
             return 0
         result = check(Path(args.recording), _model_files(args.models))
     except UsageError as exc:

@@ -8,7 +8,7 @@ The training run (policies.training_loop), the throughput bench (policies.bench)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from policies.config import TRAIN_SEED_BASE, TrainConfig
 from policies.errors import UserError
@@ -69,30 +69,20 @@ def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
             max_grad_norm=cfg.max_grad_norm,
             **common,
         )
-    policy_kwargs = dict(net_arch=dict(pi=list(preset.actor), vf=list(preset.critic)), activation_fn=nn.ReLU)
-    if cfg.algo == "a2c":
-        return algo_class("a2c")(
-            "MlpPolicy",
-            policy_kwargs=policy_kwargs,
-            n_steps=cfg.n_steps,
-            gae_lambda=cfg.gae_lambda,
-            ent_coef=cfg.ent_coef,
-            vf_coef=cfg.vf_coef,
-            max_grad_norm=cfg.max_grad_norm,
-            **common,
-        )
-    return algo_class("ppo")(
-        "MlpPolicy",
-        policy_kwargs=policy_kwargs,
+    # What A2C and PPO share: the actor-critic MLP and their on-policy settings.
+    on_policy: dict[str, Any] = dict(
+        policy_kwargs=dict(net_arch=dict(pi=list(preset.actor), vf=list(preset.critic)), activation_fn=nn.ReLU),
         n_steps=cfg.n_steps,
-        batch_size=cfg.batch_size,
-        n_epochs=cfg.n_epochs,
         gae_lambda=cfg.gae_lambda,
-        clip_range=cfg.clip_range,
         ent_coef=cfg.ent_coef,
         vf_coef=cfg.vf_coef,
         max_grad_norm=cfg.max_grad_norm,
         **common,
+    )
+    if cfg.algo == "a2c":
+        return algo_class("a2c")("MlpPolicy", **on_policy)
+    return algo_class("ppo")(
+        "MlpPolicy", batch_size=cfg.batch_size, n_epochs=cfg.n_epochs, clip_range=cfg.clip_range, **on_policy
     )
 
 

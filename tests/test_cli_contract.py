@@ -266,6 +266,13 @@ def test_firmware_bridge_keeps_the_same_contract(tmp_path, capsys):
                 except (airq_cli.UserError, fb_cli.UsageError) as e:
                     verdicts.append(f"refused: {e}")
             assert verdicts[0] == verdicts[1], verdicts
+    # the same result files: a folder made if missing, the content, the mode open() would give
+    written = []
+    for name, write in (("airq", airq_cli.write_atomic), ("bridge", fb_cli.write_atomic)):
+        target = tmp_path / "new" / name / "result.bin"
+        write(target, b"data")
+        written.append((target.read_bytes(), target.stat().st_mode))
+    assert written[0] == written[1]
     # the same parser: one-line errors, python -m prog, defaults in help
     parsers = [cls(prog="firmware_bridge.x") for cls in (airq_cli.ArgumentParser, fb_cli.OneLineArgumentParser)]
     texts, errors = [], []
