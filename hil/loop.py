@@ -343,6 +343,10 @@ class Lockstep:
     def describe(self) -> dict[str, Any]:
         return {"mode": "lockstep"}
 
+    def for_policy(self, index: int) -> Lockstep:
+        """Every policy flies lockstep alike."""
+        return self
+
 
 @dataclass(frozen=True)
 class Latency:

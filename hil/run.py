@@ -280,6 +280,10 @@ class LatencyTiming:
     def describe(self) -> dict[str, Any]:
         return {"mode": "latency", "source": self.spec, "device_rate": self.device_rate, "rate_hz": self.rate_hz}
 
+    def for_policy(self, index: int) -> Latency:
+        """The delay source of the policy at ``index``."""
+        return self.policies[index]
+
 
 Timing = Lockstep | LatencyTiming  # --timing: the simulated world waits for each act, or keeps flying
 
@@ -536,7 +540,7 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                 results.append(PolicyResult(summary, record_from_rows(done[index]), device=earlier.device.get(index)))
                 written = False
                 continue
-            flight = PolicyFlight(index, path, onnx, todo, _policy_timing(setup.timing, index))
+            flight = PolicyFlight(index, path, onnx, todo, setup.timing.for_policy(index))
             flown = flights.fly_policy(flight)
             summary = summarize_run(path, flown.record, flown.load, prior_rows=done[index], deadline_s=setup.deadline_s)
             results.append(
@@ -569,11 +573,6 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
     finally:
         log.close()
     return RunResult(out_dir, report.to_json(), notes=tuple(notes), warnings=tuple(report.warnings))
-
-
-def _policy_timing(timing: Timing, index: int) -> LoopTiming:
-    """How the policy at ``index`` flies: lockstep like every other, or with its own delay source."""
-    return timing.policies[index] if isinstance(timing, LatencyTiming) else timing
 
 
 def _make_env(args: RunArgs, cfg: NavConfig) -> gym.Env:
