@@ -220,13 +220,13 @@ def config_from_dict(data: dict[str, Any], name: str = "custom", source: str = "
             raise ConfigError(f"{source}: unknown config section {section!r} (known: {', '.join(_SECTION_CLASSES)})")
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
-        sections[section] = _build_section(cls, section, values, source)
+        sections[section] = build_section(cls, section, values, source)
     cfg = NavConfig(level=name, **sections)
     validate(cfg, source)
     return cfg
 
 
-def _build_section(cls: type, section: str, values: dict[str, Any], source: str) -> Any:
+def build_section(cls: type, section: str, values: dict[str, Any], source: str) -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():

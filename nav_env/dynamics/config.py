@@ -1,0 +1,192 @@
+"""The quadrotor and flight-controller configuration of the ``mujoco`` backend (``nav_env/dynamics/iris.toml``).
+
+Every key of the TOML file is a field below; an unknown key, a wrong type or a value out of range raises
+:class:`nav_env.config.ConfigError` with a one-line message. ``load_dynamics(path, overrides)`` reads a file
+(default: the shipped Iris) and applies dotted overrides such as ``{"wind.gust_std": 1.0}``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from nav_env.config import ConfigError, build_section
+
+DEFAULT_FILE = files("nav_env.dynamics") / "iris.toml"
+
+
+@dataclass(frozen=True)
+class AirframeConfig:
+    mass: float = 1.545  # kg
+    inertia: tuple[float, float, float] = (0.029125, 0.029125, 0.055225)  # kg m^2 about body x, y, z
+    rotor_x: tuple[float, float, float, float] = (0.13, -0.13, 0.13, -0.13)  # m, forward
+    rotor_y: tuple[float, float, float, float] = (-0.22, 0.20, 0.22, -0.20)  # m, left
+    rotor_spin: tuple[int, int, int, int] = (1, 1, -1, -1)  # +1 counter-clockwise seen from above
+
+
+@dataclass(frozen=True)
+class MotorConfig:
+    motor_constant: float = 5.84e-06  # N / (rad/s)^2
+    moment_constant: float = 0.06  # m: yaw moment per newton of thrust
+    max_rotor_speed: float = 1100.0  # rad/s
+    time_constant_up: float = 0.0125  # s
+    time_constant_down: float = 0.025  # s
+    rotor_drag: float = 0.000175  # N s / m per rad/s of rotor speed
+
+    @property
+    def max_thrust(self) -> float:
+        """N per rotor."""
+        return self.motor_constant * self.max_rotor_speed**2
+
+
+@dataclass(frozen=True)
+class VelocityLoopConfig:
+    p_xy: float = 2.5
+    i_xy: float = 0.6
+    p_z: float = 4.0
+    i_z: float = 2.0
+    integral_limit: float = 2.0
+    max_tilt_deg: float = 35.0
+    max_accel_up: float = 5.0
+    max_accel_down: float = 5.0
+
+
+@dataclass(frozen=True)
+class AttitudeLoopConfig:
+    p_roll_pitch: float = 6.5
+    p_yaw: float = 2.8
+    max_rate_roll_pitch_deg: float = 220.0
+    max_rate_yaw_deg: float = 200.0
+
+
+@dataclass(frozen=True)
+class RateLoopConfig:
+    p_roll_pitch: float = 25.0
+    i_roll_pitch: float = 10.0
+    p_yaw: float = 10.0
+    i_yaw: float = 2.0
+    integral_limit: float = 5.0
+
+
+@dataclass(frozen=True)
+class PhysicsConfig:
+    step: float = 0.004  # s
+
+
+@dataclass(frozen=True)
+class CameraMountConfig:
+    mount: str = "body"  # or "gimbal"
+    pitch_deg: float = 0.0
+
+
+@dataclass(frozen=True)
+class WindConfig:
+    speed: tuple[float, float] = (0.0, 0.0)  # m/s, range of the steady wind
+    gust_std: float = 0.0  # m/s
+    gust_time_constant: float = 2.0  # s
+
+
+@dataclass(frozen=True)
+class DynamicsConfig:
+    airframe: AirframeConfig = field(default_factory=AirframeConfig)
+    motors: MotorConfig = field(default_factory=MotorConfig)
+    velocity_loop: VelocityLoopConfig = field(default_factory=VelocityLoopConfig)
+    attitude_loop: AttitudeLoopConfig = field(default_factory=AttitudeLoopConfig)
+    rate_loop: RateLoopConfig = field(default_factory=RateLoopConfig)
+    physics: PhysicsConfig = field(default_factory=PhysicsConfig)
+    camera_mount: CameraMountConfig = field(default_factory=CameraMountConfig)
+    wind: WindConfig = field(default_factory=WindConfig)
+    source: str = "iris.toml"
+
+    @property
+    def hover_thrust(self) -> float:
+        """N, all rotors."""
+        return self.airframe.mass * GRAVITY
+
+
+GRAVITY = 9.81  # m/s^2, also MuJoCo's (the model sets it)
+
+_SECTIONS: dict[str, type] = {
+    "airframe": AirframeConfig,
+    "motors": MotorConfig,
+    "velocity_loop": VelocityLoopConfig,
+    "attitude_loop": AttitudeLoopConfig,
+    "rate_loop": RateLoopConfig,
+    "physics": PhysicsConfig,
+    "camera_mount": CameraMountConfig,
+    "wind": WindConfig,
+}
+
+
+def load_dynamics(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> DynamicsConfig:
+    """The configuration in ``path`` (default: the shipped Iris) with dotted ``overrides`` applied."""
+    source = DEFAULT_FILE if path is None else Path(path)
+    if not source.is_file():
+        raise ConfigError(f"dynamics file not found: {source}")
+    try:
+        data = tomllib.loads(source.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: invalid TOML: {e}") from None
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"dynamics override {dotted!r} must be 'section.key'")
+        data.setdefault(section, {})[key] = value
+    name = source.name if path is None else str(source)
+    sections = {}
+    for section, values in data.items():
+        cls = _SECTIONS.get(section)
+        if cls is None:
+            raise ConfigError(f"{name}: unknown section {section!r} (known: {', '.join(_SECTIONS)})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{name}: [{section}] must be a table")
+        sections[section] = build_section(cls, section, values, name)
+    cfg = DynamicsConfig(**sections, source=name)
+    validate_dynamics(cfg)
+    return cfg
+
+
+def validate_dynamics(cfg: DynamicsConfig) -> None:
+    src = cfg.source
+
+    def positive(where: str, v: float) -> None:
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"{src}: {where} must be positive, got {v!r}")
+
+    def nonneg(where: str, v: float) -> None:
+        if not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{src}: {where} must be >= 0, got {v!r}")
+
+    a, m = cfg.airframe, cfg.motors
+    positive("airframe.mass", a.mass)
+    for i, v in enumerate(a.inertia):
+        positive(f"airframe.inertia[{i}]", v)
+    if any(s not in (1, -1) for s in a.rotor_spin) or sum(a.rotor_spin) != 0:
+        raise ConfigError(f"{src}: airframe.rotor_spin must be two +1 and two -1, got {list(a.rotor_spin)}")
+    for k in ("motor_constant", "moment_constant", "max_rotor_speed", "time_constant_up", "time_constant_down"):
+        positive(f"motors.{k}", getattr(m, k))
+    nonneg("motors.rotor_drag", m.rotor_drag)
+    if 4 * m.max_thrust <= cfg.hover_thrust:
+        raise ConfigError(f"{src}: the motors' {4 * m.max_thrust:.1f} N cannot lift {cfg.hover_thrust:.1f} N")
+    for section in ("velocity_loop", "attitude_loop", "rate_loop"):
+        for k, v in vars(getattr(cfg, section)).items():
+            (positive if k.startswith(("p_", "max_", "integral")) else nonneg)(f"{section}.{k}", v)
+    if not cfg.velocity_loop.max_tilt_deg < 80:
+        raise ConfigError(f"{src}: velocity_loop.max_tilt_deg must be below 80, got {cfg.velocity_loop.max_tilt_deg}")
+    positive("physics.step", cfg.physics.step)
+    if cfg.physics.step > 0.01:
+        raise ConfigError(f"{src}: physics.step {cfg.physics.step} s is too coarse for the rate loop (at most 0.01)")
+    if cfg.camera_mount.mount not in ("body", "gimbal"):
+        raise ConfigError(f"{src}: camera_mount.mount must be 'body' or 'gimbal', got {cfg.camera_mount.mount!r}")
+    if not -90 < cfg.camera_mount.pitch_deg < 90:
+        raise ConfigError(f"{src}: camera_mount.pitch_deg must be in (-90, 90), got {cfg.camera_mount.pitch_deg!r}")
+    lo, hi = cfg.wind.speed
+    nonneg("wind.speed", lo)
+    if hi < lo:
+        raise ConfigError(f"{src}: wind.speed range is reversed: {list(cfg.wind.speed)}")
+    nonneg("wind.gust_std", cfg.wind.gust_std)
+    positive("wind.gust_time_constant", cfg.wind.gust_time_constant)
