@@ -9,6 +9,7 @@ import numpy as np
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.arena import sample_episode
+from nav_env.backends import simulator
 from nav_env.common import (
     ZoneCurriculum,
     action_space,
@@ -110,8 +111,20 @@ class NavEnv(gym.Env):
     A delay of zero gives the lockstep trajectories bit for bit; the same seed and delay sequence
     give the same episode. ``nav_env.vector.NavVectorEnv.set_latency`` takes one delay per env.
 
+    ## Backends
+    ``backend="embedded"`` (default): the vehicle above, a kinematic point mass. ``backend="mujoco"`` (the
+    ``dynamics`` extra): a rigid-body quadrotor (PX4's Iris model) in MuJoCo under a cascaded flight
+    controller (velocity -> acceleration -> attitude -> body rates -> mixer -> motors) that holds each
+    setpoint between actions; obstacles are MuJoCo geoms, the depth image is ray cast by MuJoCo at the
+    camera's pose (tilting with the airframe unless gimballed), collisions are MuJoCo contacts, and the
+    latency contract above holds with setpoints taking over at the physics step (4 ms) at or after their
+    arrival. Spaces, levels, seeds, rewards and ``info`` are the same; ``dynamics`` (a
+    :class:`nav_env.dynamics.config.DynamicsConfig` or a TOML path) configures the airframe and the
+    controller (``nav_env/dynamics/iris.toml``; docs/dynamics.md).
+
     ## Arguments
-    ``NavEnv(level="default", render_mode=None, config=None, overrides=None)``: ``level`` is a level
+    ``NavEnv(level="default", render_mode=None, config=None, overrides=None, backend="embedded",
+    dynamics=None)``: ``level`` is a level
     name (``easy``, ``default``, ``hard``) or a path to a level TOML; ``overrides`` maps dotted keys to
     values, e.g. ``{"camera.width": 64, "camera.height": 64}``; ``config`` passes a ready
     :class:`NavConfig`. ``render_mode="rgb_array"`` renders a top-down map with the path and goal
@@ -135,6 +148,8 @@ class NavEnv(gym.Env):
         render_mode: str | None = None,
         config: NavConfig | None = None,
         overrides: dict[str, Any] | None = None,
+        backend: str = "embedded",
+        dynamics: Any = None,
     ):
         self.cfg = resolve_config(level, config, overrides)
         if render_mode not in (None, "rgb_array"):
@@ -143,9 +158,10 @@ class NavEnv(gym.Env):
         self.observation_space = observation_space(self.cfg)
         self.action_space = action_space(self.cfg)
         self.curriculum = ZoneCurriculum.from_config(self.cfg)
-        # SingleSim: the batch simulator with a fast path for one env (bit for bit the batch code's results;
-        # a plain BatchSim put here steps through the batch code, as the equivalence tests do)
-        self.sim: BatchSim = SingleSim(self.cfg)
+        # embedded: SingleSim, the batch simulator with a fast path for one env (bit for bit the batch code's
+        # results; a plain BatchSim put here steps through the batch code, as the equivalence tests do)
+        self.backend = backend
+        self.sim: BatchSim = simulator(self.cfg, 1, backend, dynamics, single=True)
         self._discrete = self.cfg.task.action_type == "discrete"
         self.episode = None
         self.trajectory: list[np.ndarray] = []

@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from nav_env.arena import sample_episode
+from nav_env.backends import simulator
 from nav_env.common import ZoneCurriculum, action_space, check_latency, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
@@ -42,6 +43,9 @@ class NavVectorEnv(VectorEnv):
     ``distance_to_goal``, ``start_distance``, ``path_length``, ``steps`` and ``zone``; on the step
     that ends an episode they describe that episode.
 
+    ``backend`` and ``dynamics``: the simulator, as for ``NavEnv`` (## Backends); ``mujoco`` flies every env in
+    one MuJoCo model, its flight controller vectorized over them.
+
     ``set_latency(delay_s, period_s=None)`` takes a number or one per env (``NavEnv``'s ## Latency):
     env ``i`` with delays ``d`` flies exactly what ``NavEnv`` flies with the same delays.
     """
@@ -56,6 +60,8 @@ class NavVectorEnv(VectorEnv):
         overrides: dict[str, Any] | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         render_mode: str | None = None,
+        backend: str = "embedded",
+        dynamics: Any = None,
     ):
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
@@ -69,7 +75,8 @@ class NavVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.curriculum = ZoneCurriculum.from_config(self.cfg)
-        self.sim = BatchSim(self.cfg, self.num_envs)
+        self.backend = backend
+        self.sim: BatchSim = simulator(self.cfg, self.num_envs, backend, dynamics)
         self._delay: np.ndarray | None = None  # lockstep
         self._period: np.ndarray | None = None
         self._rngs: list[np.random.Generator] = [seeding.np_random()[0] for _ in range(self.num_envs)]

@@ -45,8 +45,8 @@ class MotorConfig:
 
 @dataclass(frozen=True)
 class VelocityLoopConfig:
-    p_xy: float = 2.5
-    i_xy: float = 0.6
+    p_xy: float = 3.0
+    i_xy: float = 1.0
     p_z: float = 4.0
     i_z: float = 2.0
     integral_limit: float = 2.0

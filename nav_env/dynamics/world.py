@@ -240,7 +240,8 @@ class MujocoSim(BatchSim):
 
     def _draw_wind(self, i: int) -> None:
         w = self.dyn.wind
-        u = _hash_uniform(np.uint32(self.noise_key[i]), np.uint32(0), np.arange(3, dtype=np.uint32), 0x57A1D0E5)
+        key, step = self.noise_key[i : i + 1, None].astype(np.uint32), np.zeros((1, 1), np.uint32)
+        u = _hash_uniform(key, step, np.arange(3, dtype=np.uint32), 0x57A1D0E5)[0]
         speed = w.speed[0] + (w.speed[1] - w.speed[0]) * float(u[0])
         heading = 2 * math.pi * float(u[1])
         self.wind[i] = speed * math.cos(heading), speed * math.sin(heading), 0.0
@@ -280,11 +281,11 @@ class MujocoSim(BatchSim):
             durations, setpoints = self._schedule(cmd, delays, periods)
             starts = np.cumsum(durations, axis=0) - durations
             share = periods / dt
-        before = self.pos.copy()
         self._fly(starts, setpoints, periods)
         self._read_state()
-        self.track(self.pos - before, None if isinstance(share, float) else periods)
-        self.pos[:] = self._qpos[:, 0:3] - self.offset  # exact, not the sum of the track's rounding
+        after = self._qpos[:, 0:3] - self.offset
+        self.track(after - self.pos, None if isinstance(share, float) else periods)
+        self.pos[:] = after  # exact, not the sum of the track's rounding
         if self.has_moving:
             self._move_obstacles(periods[:, None, None].astype(np.float32))
         self._update_gusts(periods)
