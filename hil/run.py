@@ -92,7 +92,7 @@ class RunArgs:
     level: str = "default"
     seed: int = 0
     rate_hz: float | None = None  # pace the loop; deadline misses are counted
-    backend: str = "embedded"  # simulator: embedded or airsim
+    backend: str = "embedded"  # simulator: embedded, mujoco (rigid-body quadrotor) or airsim
     airsim_host: str = "127.0.0.1"
     airsim_port: int = 41451
     airsim_scene: str | None = None  # TOML/JSON description of the map's obstacles (nav_env.airsim.scene)
@@ -190,7 +190,9 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--level")
     p.add_argument("--seed", type=int)
     p.add_argument("--rate-hz", type=float, help="pace the loop at this rate (default: free-running)")
-    p.add_argument("--backend", choices=BACKENDS, help="simulator backend")
+    p.add_argument(
+        "--backend", choices=BACKENDS, help="simulator: embedded (default), mujoco (rigid-body quadrotor), airsim"
+    )
     p.add_argument("--airsim-host", help="AirSim / Cosys-AirSim server (with --backend airsim)")
     p.add_argument("--airsim-port", type=int)
     p.add_argument(
@@ -353,8 +355,8 @@ def _check_timing(args: RunArgs) -> Timing:
         if args.latency != "measured" or args.device_rate:
             raise UserError("--latency and --device-rate apply to --timing latency")
         return Lockstep()
-    if args.backend != "embedded":
-        raise UserError("--timing latency needs the embedded simulator (--backend embedded)")
+    if args.backend == "airsim":
+        raise UserError("--timing latency needs a simulator nav_env runs (--backend embedded or mujoco)")
     if args.device_rate and args.rate_hz is not None:
         raise UserError("--device-rate and --rate-hz are two different periods: give one")
     source = parse_latency(args.latency)  # one-line error for a bad source
@@ -816,7 +818,8 @@ def _header(report: dict) -> str:
     )
     return (
         f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
-        f"{d.get('onnxruntime_version')}; level {report['level']}, {report['args']['episodes']} "
+        f"{d.get('onnxruntime_version')}; {report.get('backend', 'embedded')} simulator, level {report['level']}, "
+        f"{report['args']['episodes']} "
         f"episodes from seed {report['args']['seed']}, "
         + _timing_line(report)
         + f"\n{_int8_line(d)}\nhost versions: {format_versions(report.get('host_versions') or {})}"

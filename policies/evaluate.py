@@ -1,7 +1,7 @@
 """Evaluate policies (run directories or ONNX files of any precision) on the same seeded episodes.
 
     python -m policies.evaluate POLICY [POLICY ...] --episodes 200 --level default --seed 0
-        [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME]
+        [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME] [--backend mujoco]
 
 POLICY may also be ``baseline:heuristic`` or ``baseline:random`` (nav_env's scripted baselines).
 Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up: for two or more policies
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
+from nav_env.backends import SIM_BACKENDS
 from nav_env.config import load_level
 from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
@@ -61,14 +62,21 @@ def unique_names(policies: list[LoadedPolicy]) -> None:
 
 
 def evaluate(
-    policies: list[LoadedPolicy], cfg, episodes: int, seed: int, num_envs: int, latency: LatencySource | None = None
+    policies: list[LoadedPolicy],
+    cfg,
+    episodes: int,
+    seed: int,
+    num_envs: int,
+    latency: LatencySource | None = None,
+    backend: str = "embedded",
 ) -> dict:
     report: dict = {"level": cfg.level, "episodes": episodes, "seed": seed, "deterministic": True, "policies": {}}
+    report["backend"] = backend
     report["latency"] = latency.describe() if latency is not None else None  # None: lockstep
     outcomes: dict[str, list[bool]] = {}
     for p in policies:
         t0 = time.perf_counter()
-        results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs, latency), key=lambda r: r.episode)
+        results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs, latency, backend), key=lambda r: r.episode)
         summary = summarize(results) | {"wall_s": round(time.perf_counter() - t0, 2)}
         report["policies"][p.name] = {
             "source": p.source,
@@ -193,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", default="default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-envs", type=int, default=32)
+    p.add_argument(
+        "--backend", choices=SIM_BACKENDS, default="embedded", help="simulator: embedded, or mujoco (rigid body)"
+    )
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best", help="which checkpoint of a run directory")
     p.add_argument("--out", type=output_dir, default="out/eval", help="output folder")
     p.add_argument("--name", help="output file stem (default eval_LEVEL_sSEED_nEPISODES)")
@@ -214,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         check_obs_dim(pol, cfg.obs_dim, cfg.level)
     unique_names(policies)
 
-    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency)
+    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency, args.backend)
     stem = args.name or f"eval_{cfg.level}_s{args.seed}_n{args.episodes}"
     out = Path(args.out)
     rows = summary_rows(report)

@@ -21,7 +21,8 @@ LOCK = Path(__file__).resolve().with_name("lock.txt")
 PROJECT = "airq"
 HEADER = """\
 # The locked install: every distribution of the venv that `make test` and `make test-arm` passed with
-# (extras host, dev, airsim, distributed and study; Linux x86_64, Python 3.11). The Makefile installs with `-c` this file.
+# (extras host, dev, airsim, distributed, study and dynamics; Linux x86_64, Python 3.11). The Makefile installs
+# with `-c` this file.
 # Refresh: `make lock` (upgrades .venv to the newest releases pyproject.toml allows, then rewrites this
 # file with python requirements/lock.py write); run `make test` and `make test-arm`, then commit it.
 # Local version labels are dropped: torch==2.13.0 is the 2.13.0+cpu build taken from
