@@ -49,6 +49,7 @@ class VelocityLoopConfig:
     i_xy: float = 1.0
     p_z: float = 4.0
     i_z: float = 2.0
+    p_z_position: float = 1.0
     integral_limit: float = 2.0
     max_tilt_deg: float = 35.0
     max_accel_up: float = 5.0

@@ -51,6 +51,7 @@ class Gains(NamedTuple):
     vel_p: np.ndarray  # (3,) x, y, z
     vel_i: np.ndarray
     vel_integral_limit: float
+    altitude_p: float
     max_accel_xy: float
     max_accel_up: float
     max_accel_down: float
@@ -83,6 +84,7 @@ class Gains(NamedTuple):
             vel_p=np.array([v.p_xy, v.p_xy, v.p_z]),
             vel_i=np.array([v.i_xy, v.i_xy, v.i_z]),
             vel_integral_limit=v.integral_limit,
+            altitude_p=v.p_z_position,
             max_accel_xy=GRAVITY * math.tan(math.radians(v.max_tilt_deg)),
             max_accel_up=v.max_accel_up,
             max_accel_down=v.max_accel_down,
@@ -138,7 +140,8 @@ def control_step(
     setpoint: np.ndarray,  # (N, 4) heading-frame vx, vy, vz, yaw rate
     active: np.ndarray,  # (N,) bool: envs flying this step
     airflow: np.ndarray,  # (N, 3) world wind velocity
-    vel_integral: np.ndarray,  # (N, 3) controller state, updated
+    altitude_target: np.ndarray,  # (N,) controller state, updated
+    vel_integral: np.ndarray,  # (N, 3)
     rate_integral: np.ndarray,  # (N, 3)
     yaw_setpoint: np.ndarray,  # (N,)
     rotor_speed: np.ndarray,  # (N, 4) rad/s, updated
@@ -170,7 +173,9 @@ def control_step(
         yaw = math.atan2(rot[1, 0], rot[0, 0])
         c, s = math.cos(yaw), math.sin(yaw)
         sx, sy = setpoint[i, 0], setpoint[i, 1]
-        target = (c * sx - s * sy, s * sx + c * sy, setpoint[i, 2])
+        altitude_target[i] += setpoint[i, 2] * h
+        climb = setpoint[i, 2] + g.altitude_p * (altitude_target[i] - qpos[i, 2])
+        target = (c * sx - s * sy, s * sx + c * sy, climb)
         for k in range(3):
             err = target[k] - qvel[i, k]
             vel_integral[i, k] = _clip(

@@ -3,7 +3,7 @@
 One MuJoCo model holds the ``N`` arenas side by side along x (each ``size_x + 10`` m from the last) and one
 quadrotor per arena: a free rigid body with the airframe's mass and inertia and a collision sphere of
 ``vehicle.radius``. Each arena's pillars and boxes are MuJoCo geoms of the episode's sizes (unused slots are
-parked far away); floor, ceiling and the walls at y = 0 and y = ``size_y`` are planes all arenas share, the
+parked out of the way); floor, ceiling and the walls at y = 0 and y = ``size_y`` are planes all arenas share, the
 walls at x = 0 and x = ``size_x`` boxes of their own. Only vehicle-obstacle pairs can touch (contype /
 conaffinity), so the worlds never interact. One ``mj_step`` advances every vehicle; between steps the flight
 controller and motors (:mod:`nav_env.dynamics.controller`) run for all of them and push each body with its
@@ -79,6 +79,7 @@ class MujocoSim(BatchSim):
 
         self._cyl_geoms = np.stack([geom_ids(m, [f"cyl{i}_{k}" for k in range(kc)]) for i in range(n)]).reshape(n, kc)
         self._box_geoms = np.stack([geom_ids(m, [f"box{i}_{k}" for k in range(kb)]) for i in range(n)]).reshape(n, kb)
+        self._obstacle_geoms = np.concatenate([self._cyl_geoms, self._box_geoms], axis=1)
         self._geom_env = np.full(m.ngeom, -1)
         self._geom_env[geom_ids(m, [f"vehicle{i}" for i in range(n)])] = np.arange(n)
         # one small model per env for its camera: the arena alone, in arena coordinates
@@ -90,6 +91,7 @@ class MujocoSim(BatchSim):
         self._camera_rays()
         self.gains = Gains.from_config(self.dyn)
         # the flight controller's state (velocity and rate integrators, yaw setpoint) and the rotors' speeds
+        self.altitude_target = np.zeros(n)
         self.vel_integral = np.zeros((n, 3))
         self.rate_integral = np.zeros((n, 3))
         self.yaw_setpoint = np.zeros(n)
@@ -105,36 +107,39 @@ class MujocoSim(BatchSim):
         self._keep_box = np.ones((n, kb), dtype=bool)
 
     # ------------------------------------------------------------------ model
-    def _obstacle_xml(self, prefix_cyl: str, prefix_box: str, x0: float) -> list[str]:
+    def _obstacle_xml(self, prefix_cyl: str, prefix_box: str) -> list[str]:
+        """Every obstacle slot as a geom in arena coordinates, placed and sized per episode (_place_obstacles)."""
         half_h = self.cfg.arena.ceiling / 2
-        geoms = [
-            f'<geom name="{prefix_cyl}{k}" type="cylinder" size="0.5 {half_h}" pos="{x0 + FAR} {FAR} {half_h}"/>'
-            for k in range(self.kc)
-        ]
-        geoms += [
-            f'<geom name="{prefix_box}{k}" type="box" size="0.5 0.5 {half_h}" pos="{x0 + FAR} {FAR} {half_h}"/>'
-            for k in range(self.kb)
-        ]
-        return geoms
+        shapes = [(f"{prefix_cyl}{k}", f'type="cylinder" size="0.5 {half_h}"') for k in range(self.kc)]
+        shapes += [(f"{prefix_box}{k}", f'type="box" size="0.5 0.5 {half_h}"') for k in range(self.kb)]
+        return [f'<geom name="{name}" {shape} pos="{FAR} {FAR} {half_h}"/>' for name, shape in shapes]
 
     def _physics_xml(self) -> str:
+        """Floor, ceiling and the y walls: planes every arena shares. Each arena: a static body at its offset
+        holding its x walls and obstacle slots in arena coordinates. MuJoCo's per-body collision volumes are
+        compiled for the geoms' compiled places, and the obstacles move every episode, so that culling
+        (midphase) is off: a vehicle is tested against each geom of the one arena body whose current
+        bounding box it overlaps (the broadphase's, recomputed every step), about 20-50 bounding-sphere checks."""
         a, dyn = self.cfg.arena, self.dyn
         sx, sy, zc = a.size_x, a.size_y, a.ceiling
-        geoms = [
+        planes = [
             '<geom name="floor" type="plane" size="0 0 1"/>',
             f'<geom name="ceiling" type="plane" size="0 0 1" pos="0 0 {zc}" zaxis="0 0 -1"/>',
             '<geom name="wall_y0" type="plane" size="0 0 1" zaxis="0 1 0"/>',
             f'<geom name="wall_y1" type="plane" size="0 0 1" pos="0 {sy} 0" zaxis="0 -1 0"/>',
         ]
-        bodies = []
+        arenas, vehicles = [], []  # the vehicles' bodies follow each other (self._xfrc is a slice of them)
         ixx, iyy, izz = dyn.airframe.inertia
+        wall = f'size="{_WALL} {sy / 2 + 1} {zc / 2 + 1}"'
         for i in range(self.n):
             x0 = float(self.offset[i, 0])
-            wall = f'size="{_WALL} {sy / 2 + 1} {zc / 2 + 1}"'
-            geoms.append(f'<geom name="wall_x0_{i}" type="box" {wall} pos="{x0 - _WALL} {sy / 2} {zc / 2}"/>')
-            geoms.append(f'<geom name="wall_x1_{i}" type="box" {wall} pos="{x0 + sx + _WALL} {sy / 2} {zc / 2}"/>')
-            geoms += self._obstacle_xml(f"cyl{i}_", f"box{i}_", x0)
-            bodies.append(
+            arenas.append(
+                f'<body name="arena{i}" pos="{x0} 0 0">'
+                f'<geom name="wall_x0_{i}" type="box" {wall} pos="{-_WALL} {sy / 2} {zc / 2}"/>'
+                f'<geom name="wall_x1_{i}" type="box" {wall} pos="{sx + _WALL} {sy / 2} {zc / 2}"/>'
+                f"{''.join(self._obstacle_xml(f'cyl{i}_', f'box{i}_'))}</body>"
+            )
+            vehicles.append(
                 f'<body name="vehicle{i}" pos="{x0 + sx / 2} {sy / 2} {a.altitude}"><freejoint/>'
                 f'<inertial pos="0 0 0" mass="{dyn.airframe.mass}" diaginertia="{ixx} {iyy} {izz}"/>'
                 f'<geom name="vehicle{i}" type="sphere" size="{self.cfg.vehicle.radius}" mass="0" '
@@ -142,9 +147,9 @@ class MujocoSim(BatchSim):
             )
         return (
             '<mujoco model="airq-arenas">'
-            f'<option timestep="{self.h}" gravity="0 0 {-GRAVITY}"/>'
+            f'<option timestep="{self.h}" gravity="0 0 {-GRAVITY}"><flag midphase="disable"/></option>'
             f'<default><geom contype="{_OBSTACLE}" conaffinity="{_VEHICLE}"/></default>'
-            f"<worldbody>{''.join(geoms)}{''.join(bodies)}</worldbody></mujoco>"
+            f"<worldbody>{''.join(planes)}{''.join(arenas)}{''.join(vehicles)}</worldbody></mujoco>"
         )
 
     def _sensor_xml(self) -> str:
@@ -157,7 +162,7 @@ class MujocoSim(BatchSim):
             f'<geom type="plane" size="0 0 1" pos="0 {sy} 0" zaxis="0 -1 0"/>',
             '<geom type="plane" size="0 0 1" zaxis="1 0 0"/>',
             f'<geom type="plane" size="0 0 1" pos="{sx} 0 0" zaxis="-1 0 0"/>',
-            *self._obstacle_xml("cyl", "box", 0.0),
+            *self._obstacle_xml("cyl", "box"),
         ]
         return f'<mujoco model="airq-camera"><worldbody>{"".join(geoms)}</worldbody></mujoco>'
 
@@ -190,6 +195,7 @@ class MujocoSim(BatchSim):
             self._qvel[i] = 0.0
             self._draw_wind(i)
         quat_to_mat(self._qpos[:, 3:7], self.rot)
+        self.altitude_target[idx] = self.pos[idx, 2]
         self.vel_integral[idx] = 0.0
         self.rate_integral[idx] = 0.0
         self.yaw_setpoint[idx] = self.yaw[idx]
@@ -213,17 +219,22 @@ class MujocoSim(BatchSim):
                 np.full(n_b, half_h),
             ]
         )
-        parked_c = cyl[:, 0] >= FAR / 2
-        parked_b = box[:, 0] >= FAR / 2
-        cyl_pos[parked_c, 0:2] = FAR
-        box_pos[parked_b, 0:2] = FAR
-        for model, cids, bids, shift in (
-            (self.model, self._cyl_geoms[i], self._box_geoms[i], self.offset[i]),
-            (self._eyes[i], self._eye_cyl, self._eye_box, np.zeros(3)),
-        ):
-            _set_geoms(model, cids, cyl_pos + shift, cyl_size, "cylinder")
-            _set_geoms(model, bids, box_pos + shift, box_size, "box")
-        mujoco.mj_kinematics(self._eyes[i], self._eye_data[i])
+        # unused slots: far away in the camera models; in the physics model inside the arena (a geom far away
+        # would stretch the arena body's bounding box over the other arenas), tiny and unable to touch anything
+        parked = np.concatenate([cyl[:, 0] >= FAR / 2, box[:, 0] >= FAR / 2])
+        pos, size = np.concatenate([cyl_pos, box_pos]), np.concatenate([cyl_size, box_size])
+        eye, physics = self._eyes[i], self.model
+        eye_pos = pos.copy()
+        eye_pos[parked, 0:2] = FAR
+        a = self.cfg.arena
+        pos[parked] = a.size_x / 2, a.size_y / 2, half_h
+        size[parked, 0:2] = 1e-3
+        for model, ids, at in ((physics, self._obstacle_geoms[i], pos), (eye, self._eye_obstacles, eye_pos)):
+            model.geom_pos[ids] = at
+            _size_geoms(model, ids, size, n_c)
+        physics.geom_contype[self._obstacle_geoms[i]] = np.where(parked, 0, _OBSTACLE)
+        physics.geom_conaffinity[self._obstacle_geoms[i]] = np.where(parked, 0, _VEHICLE)
+        mujoco.mj_kinematics(eye, self._eye_data[i])
 
     def _move_obstacles(self, dt: float | np.ndarray) -> None:
         super()._move_obstacles(dt)
@@ -233,7 +244,8 @@ class MujocoSim(BatchSim):
             c = self.cyl[i, lo:].astype(np.float64)
             pos = np.column_stack([c[:, 0], c[:, 1], np.full(len(c), half_h)])
             pos[c[:, 0] >= FAR / 2, 0:2] = FAR
-            self.model.geom_pos[self._cyl_geoms[i, lo:]] = pos + self.offset[i]
+            moving = c[:, 0] < FAR / 2
+            self.model.geom_pos[self._cyl_geoms[i, lo:][moving]] = pos[moving]
             eye = self._eyes[i]
             eye.geom_pos[self._eye_cyl[lo:]] = pos
             self._eye_data[i].geom_xpos[self._eye_cyl[lo:]] = pos
@@ -316,6 +328,7 @@ class MujocoSim(BatchSim):
                 sp,
                 active,
                 airflow,
+                self.altitude_target,
                 self.vel_integral,
                 self.rate_integral,
                 self.yaw_setpoint,
@@ -410,14 +423,13 @@ class MujocoSim(BatchSim):
         return rot @ self._mount
 
 
-def _set_geoms(model, ids: np.ndarray, pos: np.ndarray, size: np.ndarray, kind: str) -> None:
-    """Position and size geoms of a compiled model, with the bounding data collision and ray casting use."""
-    model.geom_pos[ids] = pos
+def _size_geoms(model, ids: np.ndarray, size: np.ndarray, n_cylinders: int) -> None:
+    """Resize geoms of a compiled model (the first ``n_cylinders`` cylinders, then boxes), with the bounding data
+    collision and ray casting read per geom."""
     model.geom_size[ids] = size
-    if kind == "cylinder":
-        model.geom_rbound[ids] = np.hypot(size[:, 0], size[:, 1])
-        half = np.column_stack([size[:, 0], size[:, 0], size[:, 1]])
-    else:
-        model.geom_rbound[ids] = np.linalg.norm(size, axis=1)
-        half = size
+    c = size[:n_cylinders]
+    model.geom_rbound[ids[:n_cylinders]] = np.hypot(c[:, 0], c[:, 1])
+    model.geom_rbound[ids[n_cylinders:]] = np.linalg.norm(size[n_cylinders:], axis=1)
+    half = size.copy()
+    half[:n_cylinders, 1], half[:n_cylinders, 2] = c[:, 0], c[:, 1]
     model.geom_aabb[ids] = np.concatenate([np.zeros_like(half), half], axis=1)
