@@ -27,6 +27,7 @@ class StudyArgs:
     episodes: int = 100
     levels: list[str] = field(default_factory=lambda: ["default", "hard"])
     seed: int = 0
+    backend: str = "embedded"  # the closed loop's simulator: embedded, or mujoco (rigid-body quadrotor)
     timing_acts: int = 200  # acts per model per round of the timing pass
     timing_rounds: int = 10
     out: str = "out/study"

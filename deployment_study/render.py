@@ -67,7 +67,9 @@ def md_header(data: StudyResults) -> str:
         "",
         f"Device: {d.get('cpu_model') or d.get('machine') or '?'} ({d.get('cores', '?')} cores), onnxruntime "
         f"{d.get('onnxruntime_version', '?')}; {a.episodes} seeded episodes per model and level (seeds "
-        f"{a.seed}-{a.seed + a.episodes - 1}), levels {', '.join(a.levels)}; every precision flies the same episodes."
+        f"{a.seed}-{a.seed + a.episodes - 1}), levels {', '.join(a.levels)}, {a.backend} simulator"
+        + (" (rigid-body quadrotor, docs/dynamics.md)" if a.backend == "mujoco" else "")
+        + "; every precision flies the same episodes."
         + (
             f" Wall time {data.wall_s / 60:.1f} min"
             + (f" over {len(data.sessions)} sessions (resumed)." if len(data.sessions) > 1 else ".")

@@ -128,6 +128,11 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     p.add_argument("--episodes", type=int, help="seeded episodes per model and level")
     p.add_argument("--levels", nargs="+")
     p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--backend",
+        choices=("embedded", "mujoco"),
+        help="the closed loop's simulator (default embedded; mujoco: the rigid-body quadrotor, docs/dynamics.md)",
+    )
     p.add_argument("--timing-acts", type=int, help="timing pass: acts per model per round")
     p.add_argument("--timing-rounds", type=int, help="timing pass: rounds (models interleaved in each)")
     p.add_argument("--out", type=output_dir, help="folder for study.json, study.md, the figures and cells/")
@@ -368,7 +373,7 @@ class Study:
     def closed_loop(self, group: str, models: list[Model], level: str, k: int, n: int) -> None:
         cell = self.out / "cells" / level / group
         paths = [m.path for m in models]
-        report = _finished_report(cell, paths, self.args.episodes)
+        report = _finished_report(cell, paths, self.args.episodes, self.args.backend)
         if report is None:
             run_args = RunArgs(
                 policy=paths,
@@ -379,6 +384,7 @@ class Study:
                 episodes=self.args.episodes,
                 level=level,
                 seed=self.args.seed,
+                backend=self.args.backend,
                 out=str(cell),
                 quiet=self.args.quiet,
                 resume=_can_resume(cell, paths, self.args, level),
@@ -563,7 +569,7 @@ def _cpu_prefix(profile: DeviceProfile | None) -> list[str]:
     return prefix[:3] if prefix[:1] == ["taskset"] else []
 
 
-def _finished_report(cell: Path, paths: list[str], episodes: int) -> dict | None:
+def _finished_report(cell: Path, paths: list[str], episodes: int, backend: str = "embedded") -> dict | None:
     try:
         report = json.loads((cell / "report.json").read_text())
     except (OSError, ValueError):
@@ -571,7 +577,7 @@ def _finished_report(cell: Path, paths: list[str], episodes: int) -> dict | None
     runs = report.get("runs") or []
     if [r["policy"] for r in runs] != paths or any(len(r["episodes"]) != episodes for r in runs):
         return None
-    if report["args"]["episodes"] != episodes:
+    if report["args"]["episodes"] != episodes or report.get("backend", "embedded") != backend:
         return None
     return report
 
@@ -590,6 +596,7 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
         and old.get("episodes") == args.episodes
         and old.get("seed") == args.seed
         and old.get("level") == level
+        and old.get("backend", "embedded") == args.backend
         and any(r.get("kind") == "episode" for r in records)
     )
 

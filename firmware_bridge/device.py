@@ -43,7 +43,18 @@ def total_ram_bytes() -> int | None:
 
 
 # The packages whose versions a result depends on (distribution names), in report order after airq and python.
-KEY_PACKAGES = ("numpy", "onnxruntime", "onnx", "torch", "stable-baselines3", "gymnasium", "pyzmq", "msgpack")
+KEY_PACKAGES = (
+    "numpy",
+    "onnxruntime",
+    "onnx",
+    "torch",
+    "stable-baselines3",
+    "gymnasium",
+    "pyzmq",
+    "msgpack",
+    "mujoco",
+    "numba",
+)
 
 
 def package_versions() -> dict[str, str]:

@@ -2,13 +2,15 @@
 
     python -m nav_env.bench [--level default] [--num-envs 64] [--seconds 2] [--rounds 3] [--out FILE]
     python -m nav_env.bench --camera 144x256      # Air Learning-sized depth image (default 32x32)
+    python -m nav_env.bench --backend mujoco      # also the rigid-body backend's single and native vector env
 
 Random actions, autoresets included, one thread. The three are measured in the same run, in rounds of
 ``--seconds`` each, and within a round in turns of ``--seconds / --slices`` (single, Sync, native, single,
 ...): on a shared host the machine's speed drifts over seconds, and the turns expose all three to the
 same drift. Two ratios are reported from the medians: native / Sync, and single / native, the single
 env's env-step rate over the native vector env's (the price of stepping one env at a time, as the HIL
-loop does, against the batched cost of one env-step), also per round.
+loop does, against the batched cost of one env-step), also per round. With ``--backend mujoco`` each turn
+also runs the mujoco backend's single env and native vector env (nav_env.dynamics), in the same rounds.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def _actions(n: int, batch: int | None, seed: int = 0) -> np.ndarray:
 class SingleRun:
     """One NavEnv flown with random actions (resetting at each episode's end), in turns of given length."""
 
-    def __init__(self, level: str, overrides: dict | None = None):
-        self.env = NavEnv(level, overrides=overrides)
+    def __init__(self, level: str, overrides: dict | None = None, backend: str = "embedded"):
+        self.env = NavEnv(level, overrides=overrides, backend=backend)
         self.env.reset(seed=0)
         self.acts = _actions(256, None).tolist()
         self.t = 0
@@ -101,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slices", type=int, default=8, help="turns per round (each env runs seconds/slices per turn)")
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     p.add_argument(
+        "--backend",
+        choices=("embedded", "mujoco"),
+        default="embedded",
+        help="mujoco: also measure the rigid-body backend",
+    )
+    p.add_argument(
         "--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)"
     )
     args = p.parse_args(argv)
@@ -112,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides)
     sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level, overrides=overrides) for _ in range(args.num_envs)])
     runs: dict[str, list[float]] = {"single": [], "sync_vector": [], "native_vector": []}
+    dynamic = args.backend == "mujoco"
+    if dynamic:
+        mj_native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides, backend="mujoco")
+        runs |= {"mujoco_single": [], "mujoco_native_vector": []}
     for r in range(args.rounds):
         # fresh envs each round, as the episodes they start from; then turns in a fixed order
         runners: dict[str, SingleRun | VectorRun] = {
@@ -119,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             "sync_vector": VectorRun(sync, args.num_envs),
             "native_vector": VectorRun(native, args.num_envs),
         }
+        if dynamic:
+            runners["mujoco_single"] = SingleRun(args.level, overrides, backend="mujoco")
+            runners["mujoco_native_vector"] = VectorRun(mj_native, args.num_envs)
         done = {k: 0 for k in runners}
         took = {k: 0.0 for k in runners}
         for _ in range(args.slices):
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "native_over_sync": med["native_vector"] / med["sync_vector"],
         "single_over_native": med["single"] / med["native_vector"],
         "single_over_native_by_round": [s / n for s, n in zip(runs["single"], runs["native_vector"])],
+        "backends": ["embedded", "mujoco"] if dynamic else ["embedded"],
         "machine": {
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
@@ -163,6 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         f"single / native (env-steps/s of one NavEnv over the native vector env's): "
         f"{result['single_over_native']:.2f} ({result['single_over_native']:.0%}; rounds {min(by_round):.2f}-{max(by_round):.2f})"
     )
+    if dynamic:
+        for kind in ("single", "native_vector"):
+            result[f"mujoco_over_embedded_{kind}"] = med[f"mujoco_{kind}"] / med[kind]
+        print(
+            "mujoco / embedded: single {:.2f}, native vector {:.2f}".format(
+                result["mujoco_over_embedded_single"], result["mujoco_over_embedded_native_vector"]
+            )
+        )
     print(format_versions(result["versions"]))
     if args.out:
         write_json(args.out, result, indent=2)
