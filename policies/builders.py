@@ -22,7 +22,13 @@ def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
     from policies.vec_adapter import NavSB3VecEnv
 
     latency = cfg.latency_source()
-    venv = NavSB3VecEnv(cfg.num_envs, cfg.env_config(cfg.curriculum), graduate=cfg.curriculum_graduate, latency=latency)
+    venv = NavSB3VecEnv(
+        cfg.num_envs,
+        cfg.env_config(cfg.curriculum),
+        graduate=cfg.curriculum_graduate,
+        latency=latency,
+        backend=cfg.backend,
+    )
     # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
     # episodes rather than replaying the first ones.
     seed = TRAIN_SEED_BASE + cfg.seed * 1_000_000 + restart * 10_000

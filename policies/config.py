@@ -58,6 +58,8 @@ class TrainConfig:
     # Latency-aware training (docs/latency.md): each env-step's action lands a delay drawn from this source,
     # fixed:MS or replay:REPORT.json (a hil.run report's round trips, e.g. a real Pi's); "" trains in lockstep
     latency: str = ""
+    # The simulator: "embedded" (nav_env's kinematic vehicle) or "mujoco" (the rigid-body quadrotor, docs/dynamics.md)
+    backend: str = "embedded"
     # Run bookkeeping
     eval_every: int = 250_000  # env steps between evaluations on held-out seeds
     eval_episodes: int = 200
@@ -82,6 +84,8 @@ class TrainConfig:
         check_algorithm(self.algo)
         if self.lr_schedule not in ("linear", "constant"):
             raise UserError(f"lr_schedule must be 'linear' or 'constant', got {self.lr_schedule!r}")
+        if self.backend not in ("embedded", "mujoco"):
+            raise UserError(f"backend must be 'embedded' or 'mujoco', got {self.backend!r}")
         for name in (
             "steps",
             "num_envs",

@@ -26,7 +26,15 @@ def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
     actor = actor_from_model(model)
     latency = cfg.latency_source()
     results = list(
-        run_episodes(torch_policy_fn(actor), cfg.env_config(False), episodes, seed, num_envs=32, latency=latency)
+        run_episodes(
+            torch_policy_fn(actor),
+            cfg.env_config(False),
+            episodes,
+            seed,
+            num_envs=32,
+            latency=latency,
+            backend=cfg.backend,
+        )
     )
     s = summarize(results)
     return {k: s[k] for k in HEADLINE_FIELDS} | {"episodes": episodes, "seed": seed}

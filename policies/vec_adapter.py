@@ -32,10 +32,18 @@ class NavSB3VecEnv(VecEnv):
     ``graduate``: with the curriculum on, once its last goal zone is unlocked the env switches to
     drawing goals uniformly over all zones, which is the distribution policies are evaluated on.
     ``latency``: each step's actions land delays drawn from it (nav_env's set_latency), one per env.
+    ``backend``: the simulator (nav_env's ``embedded`` or ``mujoco``).
     """
 
-    def __init__(self, num_envs: int, cfg: NavConfig, graduate: bool = True, latency: LatencySource | None = None):
-        self.venv = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
+    def __init__(
+        self,
+        num_envs: int,
+        cfg: NavConfig,
+        graduate: bool = True,
+        latency: LatencySource | None = None,
+        backend: str = "embedded",
+    ):
+        self.venv = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP, backend=backend)
         self.graduate = graduate
         self.latency = latency  # latency-aware training: every env-step's action lands a drawn delay late
         self.graduated = False
