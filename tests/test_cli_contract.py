@@ -25,6 +25,7 @@ MODULES = [
     "nav_env.demo",
     "nav_env.evaluate",
     "nav_env.airsim.fake_server",
+    "nav_env.dynamics.identify",
     "policies.bench",
     "policies.export",
     "policies.widen",
@@ -37,6 +38,7 @@ MODULES = [
     "deployment_study.memfit",
     "hil.bench",
     "deployment_study",
+    "deployment_study.dynamics_gap",
     "device_emulation.roofline",
     "hil.run",
     "firmware_bridge.bench",
@@ -58,6 +60,8 @@ OUTPUTS = [
     ("nav_env.demo", ["--out", "OUT"], "dir"),
     ("nav_env.evaluate", ["--out", "OUT"], "dir"),
     ("nav_env.airsim.fake_server", ["--write-scene", "OUT"], "file"),
+    ("nav_env.dynamics.identify", ["--out", "OUT"], "file"),
+    ("deployment_study.dynamics_gap", ["--out", "OUT"], "dir"),
     ("policies.bench", ["--out", "OUT"], "file"),
     ("policies.export", ["runs/none", "-o", "OUT"], "file"),
     ("policies.widen", ["m.onnx", "--camera", "144x256", "-o", "OUT"], "file"),
@@ -88,7 +92,7 @@ OUTPUTS = [
 ]
 # Modules with no output path of their own (they print, serve or prepare a cache).
 NO_OUTPUT = {"device_emulation.arm", "firmware_bridge.bench", "firmware_bridge.serve", "firmware_bridge.systemd"}
-HEAVY = ("torch", "stable_baselines3", "onnx", "onnxruntime", "matplotlib")
+HEAVY = ("torch", "stable_baselines3", "onnx", "onnxruntime", "matplotlib", "mujoco", "numba")
 
 # Runs a module as `python -m` does, then reports its exit code and which heavy packages it imported.
 PROBE = """

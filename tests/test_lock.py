@@ -86,7 +86,7 @@ def test_package_versions_reads_metadata_and_imports_nothing():
     code = (
         "import json, sys; from firmware_bridge.device import package_versions; v = package_versions(); "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'onnxruntime', 'onnx', 'torch', 'zmq', "
-        "'msgpack', 'gymnasium', 'stable_baselines3', 'nav_env', 'hil', 'policies', 'quantize'}); "
+        "'msgpack', 'gymnasium', 'stable_baselines3', 'mujoco', 'numba', 'nav_env', 'hil', 'policies', 'quantize'}); "
         "print(json.dumps([v, heavy]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
@@ -103,6 +103,8 @@ def test_package_versions_reads_metadata_and_imports_nothing():
         "gymnasium",
         "pyzmq",
         "msgpack",
+        "mujoco",
+        "numba",
     ]
     assert versions["onnxruntime"] == version("onnxruntime") and versions["python"] == sys.version.split()[0]
 

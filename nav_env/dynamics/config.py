@@ -108,6 +108,11 @@ class DynamicsConfig:
         """N, all rotors."""
         return self.airframe.mass * GRAVITY
 
+    @property
+    def hover_rotor_speed(self) -> float:
+        """rad/s of each rotor in a hover."""
+        return math.sqrt(self.hover_thrust / 4 / self.motors.motor_constant)
+
 
 GRAVITY = 9.81  # m/s^2, also MuJoCo's (the model sets it)
 

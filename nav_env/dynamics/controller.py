@@ -106,11 +106,6 @@ class Gains(NamedTuple):
         )
 
 
-def hover_rotor_speed(cfg: DynamicsConfig) -> float:
-    """rad/s of each rotor in a hover."""
-    return math.sqrt(cfg.hover_thrust / 4 / cfg.motors.motor_constant)
-
-
 @njit(cache=True)
 def _clip(x: float, lo: float, hi: float) -> float:
     return lo if x < lo else hi if x > hi else x

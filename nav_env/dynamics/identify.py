@@ -24,7 +24,6 @@ from airq_cli import ArgumentParser, output_file, run, write_json
 from nav_env.arena import FAR, Episode, slot_counts
 from nav_env.config import NavConfig, load_level
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
-from nav_env.dynamics.controller import hover_rotor_speed
 
 SAMPLE_S = 0.02  # s between samples of a measured response
 DURATION_S = 3.0
@@ -53,7 +52,7 @@ def designed_velocity_step(dyn: DynamicsConfig, duration_s: float = DURATION_S) 
     from scipy import signal
 
     v, att, r, m = dyn.velocity_loop, dyn.attitude_loop, dyn.rate_loop, dyn.motors
-    drag = m.rotor_drag * 4 * hover_rotor_speed(dyn) / dyn.airframe.mass  # 1/s: rotor drag per m/s, per kg
+    drag = m.rotor_drag * 4 * dyn.hover_rotor_speed / dyn.airframe.mass  # 1/s: rotor drag per m/s, per kg
     lag = (m.time_constant_up + m.time_constant_down) / 2
     kp, ki, ka, kr, kri = v.p_xy, v.i_xy, att.p_roll_pitch, r.p_roll_pitch, r.i_roll_pitch
     # states: velocity, tilt, tilt rate, velocity integral, rate integral, angular acceleration; input: setpoint

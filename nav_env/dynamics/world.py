@@ -32,7 +32,7 @@ from nav_env.arena import FAR, Episode, slot_counts
 from nav_env.config import NavConfig
 from nav_env.dynamics.camera import visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
-from nav_env.dynamics.controller import Gains, control_step, hover_rotor_speed, quat_to_mat
+from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
 from nav_env.sim import BatchSim, _hash_uniform
 
 try:
@@ -199,7 +199,7 @@ class MujocoSim(BatchSim):
         self.vel_integral[idx] = 0.0
         self.rate_integral[idx] = 0.0
         self.yaw_setpoint[idx] = self.yaw[idx]
-        self.rotor_speed[idx] = hover_rotor_speed(self.dyn)  # an episode starts in a hover
+        self.rotor_speed[idx] = self.dyn.hover_rotor_speed  # an episode starts in a hover
         self.clock_lead[idx] = 0.0
         self.hit[idx] = False
         mujoco.mj_kinematics(self.model, self.data)
