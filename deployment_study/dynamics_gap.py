@@ -53,6 +53,7 @@ class GapArgs:
     sweep_episodes: int = 300
     sweep_models: list[str] = field(default_factory=lambda: list(SWEEP_MODELS))
     trained_in_mujoco: list[str] = field(default_factory=list)
+    dynamics: str | None = None  # a dynamics TOML for the mujoco backend (default: nav_env/dynamics/iris.toml)
     out: str = "out/dynamics_gap"
 
 
@@ -78,11 +79,13 @@ def _cell_path(out: Path, key: dict[str, Any]) -> Path:
 
 def fly(
     out: Path, model: str, level: str, simulator: str, episodes: int, seed: int, num_envs: int, tau: float,
-    delay_ms: float | None = None,
+    delay_ms: float | None = None, dynamics: str | None = None,
 ) -> Cell:  # fmt: skip
     """The cell, from OUT/cells/ if an earlier run finished it, else flown now (and saved)."""
     key = {"model": model, "sha256": _sha256(model), "level": level, "simulator": simulator, "episodes": episodes,
            "seed": seed, "tau": tau, "delay_ms": delay_ms}  # fmt: skip
+    if simulator == "mujoco" and dynamics is not None:
+        key["dynamics"] = {"path": dynamics, "sha256": _sha256(dynamics)}
     path = _cell_path(out, key)
     if path.is_file():
         return Cell(**json.loads(path.read_text())["cell"])
@@ -97,7 +100,12 @@ def fly(
     latency = offline_latency(f"fixed:{delay_ms:g}") if delay_ms else None
     backend = "mujoco" if simulator == "mujoco" else "embedded"
     t0 = time.perf_counter()
-    results = sorted(run_episodes(policy.act, cfg, episodes, seed, num_envs, latency, backend), key=lambda r: r.episode)
+    results = sorted(
+        run_episodes(
+            policy.act, cfg, episodes, seed, num_envs, latency, backend, dynamics if backend == "mujoco" else None
+        ),
+        key=lambda r: r.episode,
+    )
     cell = Cell(
         model=model, level=level, simulator=simulator, delay_ms=delay_ms, tau_s=tau,
         success=[r.success for r in results], collision=[r.outcome == "collision" for r in results],
@@ -141,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep-episodes", type=int)
     p.add_argument("--sweep-models", nargs="+", metavar="ONNX")
     p.add_argument("--trained-in-mujoco", nargs="+", metavar="ONNX", help="Policy I trained in the mujoco backend")
+    p.add_argument(
+        "--dynamics", metavar="TOML", help="the mujoco backend's airframe and controller (default: the Iris)"
+    )
     p.add_argument("--out", type=output_dir)
     ns = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}
     args = GapArgs(**ns)
@@ -149,13 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in [*args.models, *args.sweep_models, *args.trained_in_mujoco]:
         if not Path(m).is_file():
             raise UserError(f"model not found: {m}")
+    from nav_env.dynamics.config import load_dynamics
+
+    dyn = load_dynamics(args.dynamics)  # a bad file: one line, before any flying
     if any(d < 0 for d in args.sweep_ms):
         raise UserError(f"--sweep-ms must be >= 0, got {args.sweep_ms}")
     from nav_env.config import load_level
     from nav_env.dynamics.identify import identify
 
     out = Path(args.out)
-    ident = identify()
+    ident = identify(dyn)
     t_start = time.perf_counter()
     result: dict[str, Any] = {
         "command": "python -m deployment_study.dynamics_gap " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -177,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             "embedded-fitted": fly(
                 out, model, level, "embedded-fitted", args.episodes, args.seed, args.num_envs, fitted
             ),
-            "mujoco": fly(out, model, level, "mujoco", args.episodes, args.seed, args.num_envs, tau),
+            "mujoco": fly(
+                out, model, level, "mujoco", args.episodes, args.seed, args.num_envs, tau, None, args.dynamics
+            ),
         }
         row = {
             "model": Path(model).name, "level": level, "trained_in_mujoco": model in args.trained_in_mujoco,
@@ -197,8 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, (model, delay) in enumerate(sweep_jobs, 1):
         tau = load_level("default").vehicle.tau
         emb = fly(out, model, "default", "embedded", args.sweep_episodes, args.seed, args.num_envs, tau, delay or None)
-        dyn = fly(out, model, "default", "mujoco", args.sweep_episodes, args.seed, args.num_envs, tau, delay or None)
-        row = {"model": Path(model).name, "delay_ms": delay, "compare": compare(emb, dyn)}
+        rigid = fly(
+            out, model, "default", "mujoco", args.sweep_episodes, args.seed, args.num_envs, tau, delay or None,
+            args.dynamics,
+        )  # fmt: skip
+        row = {"model": Path(model).name, "delay_ms": delay, "compare": compare(emb, rigid)}
         result["sweep"].append(row)
         c = row["compare"]
         print(
@@ -231,7 +250,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         f"Episodes: seeds {a['seed']}-{a['seed'] + a['episodes'] - 1} on every simulator (the latency sweep: the "
         f"first {a['sweep_episodes']}). Fitted tau: {ident['velocity_tau_s']['all']:.3f} s, the kinematic model's "
         f"time constant fitted to the quadrotor's velocity steps (the level's: {ident['embedded_tau_s']:.3f} s; "
-        "`python -m nav_env.dynamics.identify`).",
+        "`python -m nav_env.dynamics.identify`). The quadrotor: "
+        f"{a['dynamics'] or 'nav_env/dynamics/iris.toml'}.",
         "",
         "| level | model | embedded | embedded, fitted tau | mujoco | mujoco - embedded (95% CI), McNemar p | "
         "mujoco - fitted | collisions emb. / mujoco | time to goal emb. / mujoco (s) |",

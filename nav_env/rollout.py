@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -52,15 +53,17 @@ def run_episodes(
     num_envs: int = 16,
     latency: LatencySource | None = None,
     backend: str = "embedded",
+    dynamics: Any = None,
 ) -> Iterator[EpisodeResult]:
     """Play ``episodes`` seeded episodes in a vector env; yield each result as it ends. ``latency`` (fixed or
     replay): every action lands a delay drawn from it, with a generator per episode seeded by the episode's
     seed, so two policies meet the same delays episode by episode. ``backend``: the simulator (``embedded`` or
-    ``mujoco``); the same seeds give the same episodes (arena, start, goal) on both."""
+    ``mujoco``, with ``dynamics``: a dynamics TOML or config); the same seeds give the same episodes (arena, start,
+    goal) on both."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     n = min(num_envs, episodes)
-    env = NavVectorEnv(n, config=cfg, autoreset_mode=AutoresetMode.DISABLED, backend=backend)
+    env = NavVectorEnv(n, config=cfg, autoreset_mode=AutoresetMode.DISABLED, backend=backend, dynamics=dynamics)
     assigned = np.arange(n)  # episode index per env, -1 when idle
     obs, _ = env.reset(seed=[seed + int(j) for j in assigned])
     rngs = [latency.episode_generator(seed + int(j)) for j in assigned] if latency is not None else []

@@ -1,7 +1,7 @@
 """The flight controller's designed step response, the dynamic vehicle's measured one, and the kinematic
 model's time constant fitted to it (a system identification of nav_env's embedded vehicle against MuJoCo).
 
-    python -m nav_env.dynamics.identify [--dynamics FILE] [--out FILE]
+    python -m nav_env.dynamics.identify [--dynamics FILE] [--physics-step S] [--out FILE]
 
 **Design**: the horizontal velocity loop linearised about a hover: velocity PI -> tilt setpoint (``a / g``)
 -> attitude P -> body-rate PI -> angular acceleration through the motors' lag (the mean of their up and down
@@ -117,6 +117,7 @@ def fit_tau(responses: list[tuple[np.ndarray, np.ndarray]]) -> float:
 @dataclass(frozen=True)
 class Identification:
     dynamics: str
+    physics_step_s: float
     designed: StepFigures  # the linearised velocity loop, unit step
     measured: StepFigures  # MuJoCo, a 1 m/s forward step
     velocity_tau_s: dict[str, float]  # fitted per step size (m/s) and over all
@@ -139,6 +140,7 @@ def identify(dyn: DynamicsConfig | None = None) -> Identification:
     t1, y1 = velocity[1.0]
     return Identification(
         dynamics=dyn.source,
+        physics_step_s=dyn.physics.step,
         designed=StepFigures.of(t_design, y_design),
         measured=StepFigures.of(t1, y1),
         velocity_tau_s={f"{k:g}": fit_tau([v]) for k, v in velocity.items()}
@@ -152,11 +154,12 @@ def identify(dyn: DynamicsConfig | None = None) -> Identification:
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog="python -m nav_env.dynamics.identify", description=__doc__.split("\n")[0])
     p.add_argument("--dynamics", help="a dynamics TOML (default: nav_env/dynamics/iris.toml)")
+    p.add_argument("--physics-step", type=float, metavar="S", help="MuJoCo's step in seconds (default: the file's)")
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     args = p.parse_args(argv)
-    result = identify(load_dynamics(args.dynamics))
+    result = identify(load_dynamics(args.dynamics, {"physics.step": args.physics_step} if args.physics_step else None))
     d, m = result.designed, result.measured
-    print(f"dynamics: {result.dynamics}")
+    print(f"dynamics: {result.dynamics}, physics step {result.physics_step_s * 1e3:g} ms")
     print("velocity loop, 1 m/s step   rise 10-90%   overshoot   peak at")
     print(f"  designed (linearised)       {d.rise_time_s:8.3f} s   {d.overshoot:8.1%}   {d.peak_time_s:.2f} s")
     print(f"  measured (MuJoCo)           {m.rise_time_s:8.3f} s   {m.overshoot:8.1%}   {m.peak_time_s:.2f} s")

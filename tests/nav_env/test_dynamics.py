@@ -154,6 +154,18 @@ def test_the_vehicle_tilts_to_accelerate_and_the_body_camera_tilts_with_it():
     assert body[h // 2].mean() < level[h // 2].mean()
 
 
+def test_the_shipped_file_and_the_config_defaults_agree():
+    """Keys a dynamics file leaves out take DynamicsConfig's defaults (configs/dynamics/iris_gimbal.toml sets only
+    its camera mount): the defaults must be the Iris of nav_env/dynamics/iris.toml, key for key."""
+    import dataclasses
+
+    from nav_env.dynamics.config import DynamicsConfig
+
+    assert dataclasses.replace(load_dynamics(), source="") == dataclasses.replace(DynamicsConfig(), source="")
+    gimbal = load_dynamics("configs/dynamics/iris_gimbal.toml")
+    assert gimbal.camera_mount.mount == "gimbal" and gimbal.airframe == load_dynamics().airframe
+
+
 def test_dynamics_config_errors_are_one_line():
     with pytest.raises(ConfigError, match="unknown section 'motor'"):
         load_dynamics(None, {"motor.x": 1})
