@@ -135,6 +135,27 @@ def test_velocity_step_matches_the_controller_design():
     assert abs(measured.overshoot - designed.overshoot) < 0.02
 
 
+def test_wind_and_gusts_are_seeded_by_the_episode_and_push_the_vehicle():
+    windy = load_dynamics(None, {"wind.speed": [2.0, 4.0], "wind.gust_std": 1.0, "wind.gust_time_constant": 1.0})
+
+    def hover(seed):
+        env = NavEnv("easy", backend="mujoco", dynamics=windy)
+        env.reset(seed=seed)
+        start = env.sim.pos[0].copy()
+        track = []
+        for _ in range(50):
+            env.step(HOVER_ACTION)
+            track.append(env.sim.pos[0] - start)
+        return np.array(track), env.sim.wind[0].copy()
+
+    a, wind_a = hover(3)
+    b, wind_b = hover(3)
+    c, wind_c = hover(4)
+    assert np.array_equal(a, b) and np.array_equal(wind_a, wind_b)
+    assert 2.0 <= np.linalg.norm(wind_a) <= 4.0 and not np.array_equal(wind_a, wind_c)
+    assert np.abs(a[:, 0:2]).max() > 0.05  # blown off its hover before the velocity loop's integrator holds it
+
+
 def test_the_vehicle_tilts_to_accelerate_and_the_body_camera_tilts_with_it():
     env = NavEnv("easy", backend="mujoco")
     ep = make_episode(env.cfg, start=(3.0, 15.0), goal=(28.0, 25.0))
