@@ -47,6 +47,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "preset": meta.get("airq.preset"),
         "algorithm": meta.get("airq.algorithm"),
         "level": meta.get("airq.level"),
+        "backend": meta.get("airq.backend", "embedded"),  # the simulator it was trained in
         "env_id": meta.get("airq.env_id"),
         "precision": meta.get("airq.precision"),
         "seed": int(meta.get("airq.seed", -1)),
@@ -69,6 +70,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "config": metrics.get("config"),
         "evaluation": {
             "level": report["level"],
+            "backend": report.get("backend", "embedded"),
             "episodes": report["episodes"],
             "seed": report["seed"],
             "deterministic": True,
@@ -132,12 +134,15 @@ def to_markdown(card: dict) -> str:
     lines = [
         f"# {card['model']}",
         "",
-        f"{card['preset']} ({card['algorithm'].upper()}, ReLU MLP), level `{card['level']}` ({card['env_id']}), "
-        f"{card['precision']}, {card['size_bytes'] / 1e6:.2f} MB, sha256 `{card['sha256'][:16]}...`",
+        f"{card['preset']} ({card['algorithm'].upper()}, ReLU MLP), level `{card['level']}` ({card['env_id']}"
+        + (", trained in the mujoco backend" if card.get("backend") == "mujoco" else "")
+        + "), "
+        + f"{card['precision']}, {card['size_bytes'] / 1e6:.2f} MB, sha256 `{card['sha256'][:16]}...`",
         "",
         "## Evaluation",
         f"`policies.evaluate` over {ev['episodes']} seeded episodes (seeds {ev['seed']}..{ev['seed'] + ev['episodes'] - 1}, "
-        f"level `{ev['level']}`, all goal zones, deterministic actions; training and model selection never saw these seeds):",
+        f"level `{ev['level']}`, {ev.get('backend', 'embedded')} simulator, all goal zones, deterministic actions; training "
+        "and model selection never saw these seeds):",
         "",
         "| success | Wilson 95% CI | collision | timeout | mean return | mean steps | path / straight |",
         "|---|---|---|---|---|---|---|",

@@ -109,6 +109,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
         "airq.seed": str(cfg.seed),
         "airq.observation_layout": observation_layout(env_cfg),
         "airq.checkpoint": Path(ckpt).name,
+        "airq.backend": cfg.backend,  # the simulator it was trained in (docs/dynamics.md)
     }
     distilled = _distillation(Path(run_dir))
     if distilled:  # a policies.distill run: the weights come from imitation, not from RL steps
@@ -121,7 +122,9 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
         tmp = write_atomic(out.with_name(f".{out.name}.eval.onnx"), raw)
         try:
             policy = load_onnx(tmp)
-            results = list(run_episodes(policy.act, env_cfg, eval_episodes, EVAL_SEED_BASE, num_envs=32))
+            results = list(
+                run_episodes(policy.act, env_cfg, eval_episodes, EVAL_SEED_BASE, num_envs=32, backend=cfg.backend)
+            )
         finally:
             tmp.unlink(missing_ok=True)
         s = summarize(results)
@@ -131,6 +134,7 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
                 "episodes": eval_episodes,
                 "seed": EVAL_SEED_BASE,
                 "level": env_cfg.level,
+                "backend": cfg.backend,
                 "ci95": [round(x, 4) for x in s["success_ci95"]],
             }
         )

@@ -82,13 +82,14 @@ def test_graph_and_metadata_follow_the_contract(tiny_onnx):
         "airq.seed",
         "airq.success_rate",
         "airq.observation_layout",
+        "airq.backend",
     ):
         assert key in meta, key
     assert meta["airq.obs_dim"] == "1032"
     assert meta["airq.action_space"] == "discrete:25"
     assert json.loads(meta["airq.action_table"]) == action_table_rows()
     assert meta["airq.precision"] == "fp32" and meta["airq.preset"] == "policy1" and meta["airq.algorithm"] == "ppo"
-    assert meta["airq.env_id"] == "AirNav-v0" and meta["airq.level"] == "default"
+    assert meta["airq.env_id"] == "AirNav-v0" and meta["airq.level"] == "default" and meta["airq.backend"] == "embedded"
     assert json.loads(meta["airq.env_config"])["camera"]["width"] == 32
     assert 2048 <= int(meta["airq.train_steps"]) <= 8192 and meta["airq.seed"] == "3"
     assert 0.0 <= float(meta["airq.success_rate"]) <= 1.0
