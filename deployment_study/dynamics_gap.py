@@ -109,7 +109,7 @@ def fly(
     cell = Cell(
         model=model, level=level, simulator=simulator, delay_ms=delay_ms, tau_s=tau,
         success=[r.success for r in results], collision=[r.outcome == "collision" for r in results],
-        flight_time_s=[r.flight_time for r in results], wall_s=round(time.perf_counter() - t0, 1),
+        flight_time_s=[float(r.flight_time or 0.0) for r in results], wall_s=round(time.perf_counter() - t0, 1),
     )  # fmt: skip
     write_json(path, {"key": key, "cell": asdict(cell)})
     return cell
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 out, model, level, "mujoco", args.episodes, args.seed, args.num_envs, tau, None, args.dynamics
             ),
         }
-        row = {
+        row: dict[str, Any] = {
             "model": Path(model).name, "level": level, "trained_in_mujoco": model in args.trained_in_mujoco,
             "vs_embedded": compare(cells["embedded"], cells["mujoco"]),
             "vs_fitted": compare(cells["embedded-fitted"], cells["mujoco"]),
@@ -217,9 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             out, model, "default", "mujoco", args.sweep_episodes, args.seed, args.num_envs, tau, delay or None,
             args.dynamics,
         )  # fmt: skip
-        row = {"model": Path(model).name, "delay_ms": delay, "compare": compare(emb, rigid)}
-        result["sweep"].append(row)
-        c = row["compare"]
+        c = compare(emb, rigid)
+        result["sweep"].append({"model": Path(model).name, "delay_ms": delay, "compare": c})
         print(
             f"[sweep {k}/{len(sweep_jobs)}] {Path(model).name} {delay:g} ms: embedded {c['first']['success']:.1%}, "
             f"mujoco {c['second']['success']:.1%}",

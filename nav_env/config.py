@@ -201,12 +201,17 @@ def load_level(level: str | os.PathLike = "default", overrides: dict[str, Any] |
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: invalid TOML: {e}") from None
     name = data.pop("level", Path(path.name).stem)
+    apply_overrides(data, overrides)
+    return config_from_dict(data, name=name, source=str(path))
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None, what: str = "override") -> None:
+    """Put dotted ``{"section.key": value}`` overrides into TOML ``data`` (sections of keys)."""
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:
-            raise ConfigError(f"override {dotted!r} must be 'section.key'")
+            raise ConfigError(f"{what} {dotted!r} must be 'section.key'")
         data.setdefault(section, {})[key] = value
-    return config_from_dict(data, name=name, source=str(path))
 
 
 def config_from_dict(data: dict[str, Any], name: str = "custom", source: str = "config") -> NavConfig:

@@ -14,7 +14,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from nav_env.config import ConfigError, build_section
+from nav_env.config import ConfigError, apply_overrides, build_section
 
 DEFAULT_FILE = files("nav_env.dynamics") / "iris.toml"
 
@@ -137,11 +137,7 @@ def load_dynamics(path: str | Path | None = None, overrides: dict[str, Any] | No
         data = tomllib.loads(source.read_text())
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: invalid TOML: {e}") from None
-    for dotted, value in (overrides or {}).items():
-        section, _, key = dotted.partition(".")
-        if not key:
-            raise ConfigError(f"dynamics override {dotted!r} must be 'section.key'")
-        data.setdefault(section, {})[key] = value
+    apply_overrides(data, overrides, "dynamics override")
     name = source.name if path is None else str(source)
     sections = {}
     for section, values in data.items():

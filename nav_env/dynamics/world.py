@@ -114,6 +114,15 @@ class MujocoSim(BatchSim):
         shapes += [(f"{prefix_box}{k}", f'type="box" size="0.5 0.5 {half_h}"') for k in range(self.kb)]
         return [f'<geom name="{name}" {shape} pos="{FAR} {FAR} {half_h}"/>' for name, shape in shapes]
 
+    def _planes(self, x_walls: bool) -> list[str]:
+        """Floor, ceiling and the walls at y = 0 and y = size_y (and with ``x_walls`` those at x = 0 and x =
+        size_x) as planes facing into the arena."""
+        a = self.cfg.arena
+        faces = [("0 0 0", "0 0 1"), (f"0 0 {a.ceiling}", "0 0 -1"), ("0 0 0", "0 1 0"), (f"0 {a.size_y} 0", "0 -1 0")]
+        if x_walls:
+            faces += [("0 0 0", "1 0 0"), (f"{a.size_x} 0 0", "-1 0 0")]
+        return [f'<geom type="plane" size="0 0 1" pos="{pos}" zaxis="{axis}"/>' for pos, axis in faces]
+
     def _physics_xml(self) -> str:
         """Floor, ceiling and the y walls: planes every arena shares. Each arena: a static body at its offset
         holding its x walls and obstacle slots in arena coordinates. MuJoCo's per-body collision volumes are
@@ -122,12 +131,7 @@ class MujocoSim(BatchSim):
         bounding box it overlaps (the broadphase's, recomputed every step), about 20-50 bounding-sphere checks."""
         a, dyn = self.cfg.arena, self.dyn
         sx, sy, zc = a.size_x, a.size_y, a.ceiling
-        planes = [
-            '<geom name="floor" type="plane" size="0 0 1"/>',
-            f'<geom name="ceiling" type="plane" size="0 0 1" pos="0 0 {zc}" zaxis="0 0 -1"/>',
-            '<geom name="wall_y0" type="plane" size="0 0 1" zaxis="0 1 0"/>',
-            f'<geom name="wall_y1" type="plane" size="0 0 1" pos="0 {sy} 0" zaxis="0 -1 0"/>',
-        ]
+        planes = self._planes(x_walls=False)
         arenas, vehicles = [], []  # the vehicles' bodies follow each other (self._xfrc is a slice of them)
         ixx, iyy, izz = dyn.airframe.inertia
         wall = f'size="{_WALL} {sy / 2 + 1} {zc / 2 + 1}"'
@@ -153,17 +157,7 @@ class MujocoSim(BatchSim):
         )
 
     def _sensor_xml(self) -> str:
-        a = self.cfg.arena
-        sx, sy, zc = a.size_x, a.size_y, a.ceiling
-        geoms = [
-            '<geom type="plane" size="0 0 1"/>',
-            f'<geom type="plane" size="0 0 1" pos="0 0 {zc}" zaxis="0 0 -1"/>',
-            '<geom type="plane" size="0 0 1" zaxis="0 1 0"/>',
-            f'<geom type="plane" size="0 0 1" pos="0 {sy} 0" zaxis="0 -1 0"/>',
-            '<geom type="plane" size="0 0 1" zaxis="1 0 0"/>',
-            f'<geom type="plane" size="0 0 1" pos="{sx} 0 0" zaxis="-1 0 0"/>',
-            *self._obstacle_xml("cyl", "box"),
-        ]
+        geoms = [*self._planes(x_walls=True), *self._obstacle_xml("cyl", "box")]
         return f'<mujoco model="airq-camera"><worldbody>{"".join(geoms)}</worldbody></mujoco>'
 
     def _camera_rays(self) -> None:
