@@ -335,3 +335,22 @@ def test_hil_run_sim_only_flies_the_mujoco_backend_through_the_bridge(tmp_path):
     rows = [json.loads(x) for x in (out / "run.jsonl").read_text().splitlines()]
     episodes = [r for r in rows if r.get("kind") == "episode"]
     assert len(episodes) == 3 and all(r["steps"] > 0 for r in episodes)
+
+
+def test_the_evaluator_and_the_study_fly_the_mujoco_backend(tmp_path):
+    """policies.evaluate --backend mujoco pairs episodes as on the embedded backend and says which it flew; the
+    deployment study hands its backend to every closed-loop cell."""
+    from deployment_study.study import _finished_report, parse_args
+    from policies.evaluate import main
+
+    assert main(["baseline:heuristic", "--backend", "mujoco", "--episodes", "4", "--out", str(tmp_path)]) == 0
+    (report,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert report["backend"] == "mujoco" and len(report["policies"]["heuristic"]["episodes"]) == 4
+    assert parse_args(["--sim-only", "--backend", "mujoco", "--out", str(tmp_path / "study")]).backend == "mujoco"
+    # a finished cell of the other backend is flown again, not reused
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    runs = [{"policy": "m.onnx", "episodes": [{}] * 2}]
+    (cell / "report.json").write_text(json.dumps({"runs": runs, "args": {"episodes": 2}, "backend": "embedded"}))
+    assert _finished_report(cell, ["m.onnx"], 2, "embedded") is not None
+    assert _finished_report(cell, ["m.onnx"], 2, "mujoco") is None
