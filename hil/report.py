@@ -499,6 +499,8 @@ def _trajectory_png(
     stem = Path(run.policy).stem
     title = episode_title(stem, row.get("outcome"), row.get("steps"), row.get("episode"), row.get("seed"))
     subtitle = f"{run.policy} in the closed loop, level {report.level}"
+    if report.backend != "embedded":
+        subtitle += f", {report.backend} simulator"
     if row.get("path_length") is not None:
         subtitle += (
             f"; path flown {row['path_length']:.1f} m, start to goal {row['start_distance']:.1f} m in a straight line"
