@@ -28,9 +28,10 @@ def collect_observations(
     seed: int,
     max_samples: int | None = None,
     num_envs: int = 16,
+    backend: str = "embedded",
 ) -> np.ndarray:
-    """Every observation the policy acted on in ``episodes`` seeded episodes (float32 [N, obs_dim]);
-    a random subset of ``max_samples`` rows if given (seeded, so reproducible)."""
+    """Every observation the policy acted on in ``episodes`` seeded episodes (float32 [N, obs_dim]) on the
+    simulator ``backend``; a random subset of ``max_samples`` rows if given (seeded, so reproducible)."""
     if episodes < 1:
         raise QuantizeError(f"calibration needs at least 1 episode, got {episodes}")
     seen: list[np.ndarray] = []
@@ -39,7 +40,7 @@ def collect_observations(
         seen.append(np.array(obs, dtype=np.float32, copy=True))
         return policy(obs)
 
-    for _ in run_episodes(recording_policy, cfg, episodes, seed, num_envs=min(num_envs, episodes)):
+    for _ in run_episodes(recording_policy, cfg, episodes, seed, num_envs=min(num_envs, episodes), backend=backend):
         pass
     obs = np.concatenate(seen)
     # run_episodes keeps stepping envs whose episode has ended (until all are done); after a collision

@@ -282,11 +282,14 @@ def resolve_levels(levels: list[str] | None, metadata: dict[str, str]) -> list[s
     return [metadata.get("airq.level") or "default"]
 
 
-def collect_levels(act, cfgs: list, episodes: int, seed: int, max_samples: int) -> np.ndarray:
-    """``episodes`` seeded episodes on each level, pooled; a seeded subset of ``max_samples`` rows."""
+def collect_levels(
+    act, cfgs: list, episodes: int, seed: int, max_samples: int, backend: str = "embedded"
+) -> np.ndarray:
+    """``episodes`` seeded episodes on each level (on the simulator ``backend``), pooled; a seeded subset of
+    ``max_samples`` rows."""
     from quantize.calibration import collect_observations
 
-    obs = np.concatenate([collect_observations(act, cfg, episodes, seed) for cfg in cfgs])
+    obs = np.concatenate([collect_observations(act, cfg, episodes, seed, backend=backend) for cfg in cfgs])
     if len(obs) > max_samples:
         obs = obs[np.sort(np.random.default_rng(seed).choice(len(obs), max_samples, replace=False))]
     return obs
@@ -308,6 +311,7 @@ def distill_model(
     max_samples: int,
     distill,
     weight_max: int,
+    backend: str = "embedded",
 ) -> tuple[onnx.ModelProto, dict]:
     """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
     fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
@@ -316,7 +320,7 @@ def distill_model(
     from quantize.model_io import serialize
     from quantize.runtime import policy_fn, run_logits, session
 
-    obs = collect_levels(act, cfgs, episodes, seed, max_samples)
+    obs = collect_levels(act, cfgs, episodes, seed, max_samples, backend)
 
     def teacher(x: np.ndarray) -> np.ndarray:
         return run_logits(src_session, x)[1]
@@ -324,7 +328,10 @@ def distill_model(
     def rollout(model: onnx.ModelProto, r: int) -> np.ndarray:
         student = policy_fn(session(serialize(model)))
         return np.concatenate(
-            [collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r) for cfg in cfgs]
+            [
+                collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r, backend=backend)
+                for cfg in cfgs
+            ]
         )
 
     return distill_static_int8(out, teacher, obs, distill, rollout, weight_max)
@@ -405,10 +412,14 @@ def quantize_file(
         raise QuantizeError(f"{src.path}: onnxruntime cannot load it: {str(e).splitlines()[0][:200]}") from None
     act = policy_fn(src_session)
     calib_seed = CALIBRATION_SEED if seed is None else seed
+    # calibrate where the policy was trained to fly: the simulator its export recorded (docs/dynamics.md)
+    backend = src.metadata.get("airq.backend") or "embedded"
     extra: dict = {"levels": ",".join(level_names)}
+    if backend != "embedded":
+        extra["backend"] = backend
     if target == "int8":
         opts = opts_in
-        obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples)
+        obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples, backend)
         out = quantize_static_int8(src, obs, opts)
         if distill is not None:
             out, distill_summary = distill_model(
@@ -421,6 +432,7 @@ def quantize_file(
                 max_distill_samples,
                 distill,
                 INT8_SCHEMES[opts.scheme].weight_max,
+                backend,
             )
         scheme = INT8_SCHEMES[opts.scheme]
         method = (
@@ -509,7 +521,7 @@ def quantize_file(
             ) from None
         per_level, same = {}, []
         for name, cfg in zip(level_names, cfgs):
-            held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples)
+            held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples, backend)
             q_actions, _ = run_logits(q_session, held)
             ref_actions, _ = run_logits(src_session, held)
             same.append(q_actions == ref_actions)

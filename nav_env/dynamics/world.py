@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -45,6 +46,7 @@ _WALL = 0.5  # m, half thickness of the x walls
 _VEHICLE, _OBSTACLE = 2, 1  # contype bits: a vehicle touches obstacles only, an obstacle vehicles only
 _CULLED = 5  # the geom group of obstacles a cast skips (nav_env.dynamics.camera)
 _SEEN_GROUPS = np.array([1, 1, 1, 1, 1, 0], np.uint8)
+_THREADED_CASTS = 32  # envs from which a batch of depth images is cast on two threads (fewer: no gain)
 
 
 class MujocoSim(BatchSim):
@@ -88,6 +90,7 @@ class MujocoSim(BatchSim):
         self._eye_cyl = geom_ids(self._eyes[0], [f"cyl{k}" for k in range(kc)])
         self._eye_box = geom_ids(self._eyes[0], [f"box{k}" for k in range(kb)])
         self._eye_obstacles = np.concatenate([self._eye_cyl, self._eye_box])
+        self._pool: ThreadPoolExecutor | None = None
         self._camera_rays()
         self.gains = Gains.from_config(self.dyn)
         # the flight controller's state (velocity and rate integrators, yaw setpoint) and the rotors' speeds
@@ -114,13 +117,10 @@ class MujocoSim(BatchSim):
         shapes += [(f"{prefix_box}{k}", f'type="box" size="0.5 0.5 {half_h}"') for k in range(self.kb)]
         return [f'<geom name="{name}" {shape} pos="{FAR} {FAR} {half_h}"/>' for name, shape in shapes]
 
-    def _planes(self, x_walls: bool) -> list[str]:
-        """Floor, ceiling and the walls at y = 0 and y = size_y (and with ``x_walls`` those at x = 0 and x =
-        size_x) as planes facing into the arena."""
+    def _planes(self) -> list[str]:
+        """Floor, ceiling and the walls at y = 0 and y = size_y as planes facing into the arena."""
         a = self.cfg.arena
         faces = [("0 0 0", "0 0 1"), (f"0 0 {a.ceiling}", "0 0 -1"), ("0 0 0", "0 1 0"), (f"0 {a.size_y} 0", "0 -1 0")]
-        if x_walls:
-            faces += [("0 0 0", "1 0 0"), (f"{a.size_x} 0 0", "-1 0 0")]
         return [f'<geom type="plane" size="0 0 1" pos="{pos}" zaxis="{axis}"/>' for pos, axis in faces]
 
     def _physics_xml(self) -> str:
@@ -131,7 +131,7 @@ class MujocoSim(BatchSim):
         bounding box it overlaps (the broadphase's, recomputed every step), about 20-50 bounding-sphere checks."""
         a, dyn = self.cfg.arena, self.dyn
         sx, sy, zc = a.size_x, a.size_y, a.ceiling
-        planes = self._planes(x_walls=False)
+        planes = self._planes()
         arenas, vehicles = [], []  # the vehicles' bodies follow each other (self._xfrc is a slice of them)
         ixx, iyy, izz = dyn.airframe.inertia
         wall = f'size="{_WALL} {sy / 2 + 1} {zc / 2 + 1}"'
@@ -157,7 +157,15 @@ class MujocoSim(BatchSim):
         )
 
     def _sensor_xml(self) -> str:
-        geoms = [*self._planes(x_walls=True), *self._obstacle_xml("cyl", "box")]
+        """The arena for the camera: floor, ceiling and walls as one box seen from inside (a ray from inside a
+        box gives the distance to where it leaves it: the first of the six faces it meets, as six planes would,
+        in a quarter of the cast's time), then the obstacle slots."""
+        a = self.cfg.arena
+        shell = (
+            f'<geom type="box" size="{a.size_x / 2} {a.size_y / 2} {a.ceiling / 2}" '
+            f'pos="{a.size_x / 2} {a.size_y / 2} {a.ceiling / 2}"/>'
+        )
+        geoms = [shell, *self._obstacle_xml("cyl", "box")]
         return f'<mujoco model="airq-camera"><worldbody>{"".join(geoms)}</worldbody></mujoco>'
 
     def _camera_rays(self) -> None:
@@ -379,31 +387,38 @@ class MujocoSim(BatchSim):
         )
         culled = np.concatenate([~keep_cyl, ~keep_box], axis=1).astype(np.uint8) * _CULLED
         dist = np.empty((len(envs), rays.shape[2]))
-        geom = np.empty(rays.shape[2], np.int32)
-        for r, i in enumerate(envs.tolist()):
-            eye = self._eyes[i]
-            eye.geom_group[self._eye_obstacles] = culled[r]
-            vec = np.ascontiguousarray(rays[r].T).reshape(-1)
-            mujoco.mj_multiRay(
-                eye,
-                self._eye_data[i],
-                self.pos[i].copy(),
-                vec,
-                _SEEN_GROUPS,
-                1,
-                -1,
-                geom,
-                dist[r],
-                None,
-                len(geom),
-                self._cutoff,
-            )
+        rows = list(enumerate(envs.tolist()))
+        if len(rows) >= _THREADED_CASTS:  # MuJoCo releases the GIL in a cast: two threads, each with its own envs
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(2, thread_name_prefix="airq-camera")
+            list(self._pool.map(lambda part: self._cast(part, rays, culled, dist), (rows[0::2], rows[1::2])))
+        else:
+            self._cast(rows, rays, culled, dist)
         planar = np.where(dist >= 0, dist * self._ray_cos, cam.max_range)
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
         if cam.noise_std > 0 or cam.dropout > 0:
             self._corrupt(depth, idx)
         return depth
+
+    def _cast(self, rows: list[tuple[int, int]], rays: np.ndarray, culled: np.ndarray, dist: np.ndarray) -> None:
+        """The depth rays of the envs in ``rows`` ((row, env) pairs), skipping each env's culled obstacles;
+        distances into ``dist[row]`` (-1: no hit within the cutoff)."""
+        geom = np.empty(rays.shape[2], np.int32)
+        for r, i in rows:
+            eye = self._eyes[i]
+            eye.geom_group[self._eye_obstacles] = culled[r]
+            vec = np.ascontiguousarray(rays[r].T).reshape(-1)
+            origin = self.pos[i].copy()
+            mujoco.mj_multiRay(
+                eye, self._eye_data[i], origin, vec, _SEEN_GROUPS, 1, -1, geom, dist[r], None, len(geom), self._cutoff
+            )
+
+    def close(self) -> None:
+        """Stop the camera's threads (they also end with the process)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def camera_rotation(self, envs: np.ndarray) -> np.ndarray:
         """Camera-to-world rotations (n, 3, 3) of envs ``envs`` (camera x forward, y left, z up)."""
