@@ -237,6 +237,22 @@ def test_culling_never_changes_the_image():
     assert culled_any > 0
 
 
+def test_images_cast_on_two_threads_equal_those_cast_on_one(monkeypatch):
+    import nav_env.dynamics.world as world
+    from nav_env.arena import sample_episode
+
+    cfg = load_level("hard")
+    sim = MujocoSim(cfg, world._THREADED_CASTS)
+    rng = np.random.default_rng(5)
+    sim.load(np.arange(sim.n), [sample_episode(rng, cfg) for _ in range(sim.n)])
+    sim.step(np.tile([3.0, 0.0, 0.0, 0.5], (sim.n, 1)))
+    threaded = sim.depth()
+    assert sim._pool is not None
+    monkeypatch.setattr(world, "_THREADED_CASTS", 10**9)
+    assert np.array_equal(threaded, sim.depth())
+    sim.close()
+
+
 # ------------------------------------------------------------------ collisions
 @pytest.mark.parametrize(
     "kind",
