@@ -159,7 +159,7 @@ class MujocoSim(BatchSim):
     def _sensor_xml(self) -> str:
         """The arena for the camera: floor, ceiling and walls as one box seen from inside (a ray from inside a
         box gives the distance to where it leaves it: the first of the six faces it meets, as six planes would,
-        in a quarter of the cast's time), then the obstacle slots."""
+        and casts faster), then the obstacle slots."""
         a = self.cfg.arena
         shell = (
             f'<geom type="box" size="{a.size_x / 2} {a.size_y / 2} {a.ceiling / 2}" '
