@@ -27,8 +27,10 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
     lines = [
         f"# {pm.path.name}",
         "",
-        f"{meta.get('airq.preset', '?')} ({meta.get('airq.algorithm', '?')}, trained on `{meta.get('airq.level', '?')}`, "
-        f"{meta.get('airq.train_steps', '?')} steps), precision **{meta.get('airq.precision', 'fp32')}**.",
+        f"{meta.get('airq.preset', '?')} ({meta.get('airq.algorithm', '?')}, trained on `{meta.get('airq.level', '?')}`"
+        + (f" in the {meta['airq.backend']} backend" if meta.get("airq.backend", "embedded") != "embedded" else "")
+        + ", "
+        + f"{meta.get('airq.train_steps', '?')} steps), precision **{meta.get('airq.precision', 'fp32')}**.",
         "",
         "| | |",
         "|---|---|",
@@ -44,8 +46,10 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
         ]
         if q.get("calibration_episodes", "0") not in ("0", ""):
             lines.append(
-                f"| calibration | {q['calibration_episodes']} episodes of the fp32 policy on `{q.get('levels', q.get('level'))}`, "
-                f"seeds {q.get('calibration_seed')}.., {q.get('calibration_samples')} observations |"
+                f"| calibration | {q['calibration_episodes']} episodes of the fp32 policy on `{q.get('levels', q.get('level'))}`"
+                + (f" ({q['backend']} backend)" if "backend" in q else "")
+                + ", "
+                + f"seeds {q.get('calibration_seed')}.., {q.get('calibration_samples')} observations |"
             )
         if "distill" in q:
             d = json.loads(q["distill"])
@@ -90,8 +94,10 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
             d = report.get("paired_vs_first", {}).get(name)
             diff = f"{d['diff']:+.1%} ({d['low']:+.1%}, {d['high']:+.1%})" if d else MISSING
             p = shown(d["mcnemar_p"] if d else None, ".3g")
+            backend = report.get("backend", "embedded")
+            level = report["level"] + (f" ({backend})" if backend != "embedded" else "")
             lines.append(
-                f"| {report['level']} | {report['episodes']} (seeds {report['seed']}..) | {s['success_rate']:.1%} | "
+                f"| {level} | {report['episodes']} (seeds {report['seed']}..) | {s['success_rate']:.1%} | "
                 f"{s['success_ci95'][0]:.1%}-{s['success_ci95'][1]:.1%} | {fs['success_rate']:.1%} | {diff} | {p} |"
             )
         lines.append("")
