@@ -391,9 +391,9 @@ class MujocoSim(BatchSim):
         if len(rows) >= _THREADED_CASTS:  # MuJoCo releases the GIL in a cast: two threads, each with its own envs
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(2, thread_name_prefix="airq-camera")
-            list(self._pool.map(lambda part: self._cast(part, rays, culled, dist), (rows[0::2], rows[1::2])))
+            list(self._pool.map(lambda part: self._cast_rays(part, rays, culled, dist), (rows[0::2], rows[1::2])))
         else:
-            self._cast(rows, rays, culled, dist)
+            self._cast_rays(rows, rays, culled, dist)
         planar = np.where(dist >= 0, dist * self._ray_cos, cam.max_range)
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
@@ -401,7 +401,7 @@ class MujocoSim(BatchSim):
             self._corrupt(depth, idx)
         return depth
 
-    def _cast(self, rows: list[tuple[int, int]], rays: np.ndarray, culled: np.ndarray, dist: np.ndarray) -> None:
+    def _cast_rays(self, rows: list[tuple[int, int]], rays: np.ndarray, culled: np.ndarray, dist: np.ndarray) -> None:
         """The depth rays of the envs in ``rows`` ((row, env) pairs), skipping each env's culled obstacles;
         distances into ``dist[row]`` (-1: no hit within the cutoff)."""
         geom = np.empty(rays.shape[2], np.int32)
