@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m pip install -q -c $(LOCK) --upgrade pip
 	$(call install_torch,-c $(LOCK))
 	# compat mode: the repo root goes on sys.path, so packages added later import without a reinstall
-	$(PY) -m pip install -q -c $(LOCK) -e '.[host,dev,airsim,distributed,study,dynamics]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -c $(LOCK) -e '.[host,dev,airsim,distributed,study,dynamics,mavlink]' --config-settings editable_mode=compat
 	# Microsoft's AirSim client too, so the backend is tested against both clients; --no-deps keeps its
 	# msgpack-rpc-python from replacing msgpack 1.x (docs/airsim.md)
 	$(PY) -m pip install -q -c $(LOCK) setuptools rpc-msgpack
@@ -41,7 +41,7 @@ lock:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools
 	$(call install_torch,--upgrade)
-	$(PY) -m pip install -q --upgrade --upgrade-strategy eager -e '.[host,dev,airsim,distributed,study,dynamics]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --upgrade --upgrade-strategy eager -e '.[host,dev,airsim,distributed,study,dynamics,mavlink]' --config-settings editable_mode=compat
 	$(PY) -m pip install -q --upgrade rpc-msgpack
 	$(PY) -m pip install -q --no-build-isolation --no-deps airsim==1.8.1
 	$(PY) requirements/lock.py write

@@ -9,12 +9,10 @@ rad/s). The interface is deliberately tiny so a real link can slot in later:
 * ``stats()``                  msgpack-able dict for the status reply;
 * ``close()``                  release the link (serial port, socket...).
 
-A MAVLink implementation would, in ``command``, send
-SET_POSITION_TARGET_LOCAL_NED with a velocity+yaw-rate type_mask over a serial
-port (pymavlink on /dev/serial0), and in ``hold`` send a zero-velocity target
-(or switch to LOITER). Timeouts stay in :class:`HoldWatchdog`, which is
-actuator-agnostic; the flight controller's own offboard-loss failsafe remains
-the last line of defence if the Pi itself dies.
+:class:`MockFlightController` records and measures; :mod:`firmware_bridge.mavlink_actuator`
+sends the setpoints to ArduPilot or PX4 over MAVLink (the ``mavlink`` extra). Timeouts stay in
+:class:`HoldWatchdog`, which is actuator-agnostic; the flight controller's own offboard-loss
+failsafe remains the last line of defence if the Pi itself dies.
 """
 
 from __future__ import annotations
@@ -209,11 +207,23 @@ class HoldWatchdog:
         self.actuator.reset()
 
 
-def make_actuator(kind: str) -> Actuator:
-    """Factory for the --actuator CLI flag. Real links register here."""
+def make_actuator(kind: str, fc: str | None = None) -> Actuator:
+    """Factory for the --actuator CLI flag: ``mock``, or ``mavlink`` to the flight controller at ``fc`` (a
+    pymavlink endpoint, firmware_bridge.mavlink_actuator; needs the mavlink extra). ValueError, one line, for a
+    bad kind, a missing or stray ``fc``, or a missing pymavlink."""
     if kind == "mock":
+        if fc is not None:
+            raise ValueError("--fc is for --actuator mavlink")
         return MockFlightController()
-    raise ValueError(f"unknown actuator {kind!r}; available: mock")
+    if kind == "mavlink":
+        if fc is None:
+            raise ValueError("--actuator mavlink needs --fc (e.g. serial:/dev/serial0:921600 or udpin:0.0.0.0:14540)")
+        try:
+            from firmware_bridge.mavlink_actuator import MavlinkActuator
+        except ImportError as e:
+            raise ValueError(str(e)) from None
+        return MavlinkActuator(fc)
+    raise ValueError(f"unknown actuator {kind!r}; available: {', '.join(ACTUATOR_KINDS)}")
 
 
-ACTUATOR_KINDS = ("mock",)
+ACTUATOR_KINDS = ("mock", "mavlink")

@@ -40,6 +40,12 @@ def build_parser() -> OneLineArgumentParser:
     parser.add_argument("--threads", type=positive_int, default=1, help="onnxruntime intra-op threads (default 1)")
     parser.add_argument("--actuator", choices=ACTUATOR_KINDS, default="mock", help="where setpoints go (default mock)")
     parser.add_argument(
+        "--fc",
+        metavar="ENDPOINT",
+        help="--actuator mavlink: the flight controller, serial:DEVICE:BAUD, udpin:HOST:PORT, udpout:HOST:PORT or "
+        "tcp:HOST:PORT",
+    )
+    parser.add_argument(
         "--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)"
     )
     parser.add_argument(
@@ -123,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     if config.authenticated and not curve_available():
         fail("--curve-secret: this libzmq has no CURVE support", prog=PROG)
     try:
-        server = BridgeServer(config, make_actuator(args.actuator))
+        actuator = make_actuator(args.actuator, args.fc)
+    except ValueError as exc:
+        fail(str(exc), prog=PROG)
+    try:
+        server = BridgeServer(config, actuator)
     except KeyFileError as exc:
         fail(str(exc), prog=PROG)
     except zmq.ZMQError as exc:

@@ -21,7 +21,7 @@ LOCK = Path(__file__).resolve().with_name("lock.txt")
 PROJECT = "airq"
 HEADER = """\
 # The locked install: every distribution of the venv that `make test` and `make test-arm` passed with
-# (extras host, dev, airsim, distributed, study and dynamics; Linux x86_64, Python 3.11). The Makefile installs
+# (extras host, dev, airsim, distributed, study, dynamics and mavlink; Linux x86_64, Python 3.11). The Makefile installs
 # with `-c` this file.
 # Refresh: `make lock` (upgrades .venv to the newest releases pyproject.toml allows, then rewrites this
 # file with python requirements/lock.py write); run `make test` and `make test-arm`, then commit it.

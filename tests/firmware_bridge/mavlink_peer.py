@@ -1,0 +1,148 @@
+"""A MAVLink autopilot for tests: ArduCopter's or PX4's documented behaviour for the messages the bridge sends,
+each message checked against the dialect definitions pymavlink ships (decoding checks each message's id, layout
+and CRC extra; the enums are looked up in the dialect).
+
+Behaviour (ArduPilot: ArduCopter's GCS_MAVLink and mode docs; PX4: its offboard docs):
+- HEARTBEAT at 10 Hz (autopilot ARDUPILOTMEGA or PX4, type QUADROTOR, custom mode, armed flag); none while
+  ``silent`` is set (a cut link).
+- COMMAND_LONG: COMPONENT_ARM_DISARM arms or disarms; NAV_TAKEOFF is accepted only armed and in GUIDED
+  (ArduPilot) - PX4 accepts it armed; DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD unless setpoints
+  arrived at 2 Hz or more over the last 0.5 s; REQUEST_MESSAGE(AUTOPILOT_VERSION) answers with the version. Every
+  command gets a COMMAND_ACK.
+- SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
+  enums is a protocol error the test sees (``errors``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymavlink import mavutil
+
+MAV = mavutil.mavlink
+ARDUCOPTER_MODES = {"STABILIZE": 0, "GUIDED": 4, "LOITER": 5, "BRAKE": 17, "LAND": 9}
+PX4_MODES = {"POSCTL": (3, 0), "OFFBOARD": (6, 0), "LOITER": (4, 3), "TAKEOFF": (4, 2)}  # (main, sub)
+VERSION = (4, 7, 0)
+
+
+@dataclass
+class Setpoint:
+    t: float
+    frame: int
+    type_mask: int
+    velocity: tuple[float, float, float]
+    yaw_rate: float
+    target: tuple[int, int]
+
+
+@dataclass
+class PeerState:
+    mode: str
+    armed: bool = False
+    setpoints: list[Setpoint] = field(default_factory=list)
+    heartbeats_from_companion: list[tuple[int, int, int]] = field(default_factory=list)  # (component, type, autopilot)
+    commands: list[tuple[int, int]] = field(default_factory=list)  # (command, result)
+    errors: list[str] = field(default_factory=list)
+
+
+class AutopilotPeer:
+    """Listens on ``udpin:127.0.0.1:PORT``; the actuator connects with ``udpout:127.0.0.1:PORT``."""
+
+    def __init__(self, autopilot: str, port: int) -> None:
+        self.autopilot = autopilot
+        self.link = mavutil.mavlink_connection(f"udpin:127.0.0.1:{port}", source_system=1, source_component=1)
+        self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "POSCTL")
+        self.silent = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _heartbeat(self) -> None:
+        s = self.state
+        base = MAV.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED | (MAV.MAV_MODE_FLAG_SAFETY_ARMED if s.armed else 0)
+        if self.autopilot == "ardupilot":
+            custom, autopilot = ARDUCOPTER_MODES[s.mode], MAV.MAV_AUTOPILOT_ARDUPILOTMEGA
+        else:
+            main, sub = PX4_MODES[s.mode]
+            custom, autopilot = (main << 16) | (sub << 24), MAV.MAV_AUTOPILOT_PX4
+        self.link.mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, autopilot, base, custom, MAV.MAV_STATE_ACTIVE)
+
+    def _run(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat and not self.silent.is_set() and getattr(self.link, "clients", None):
+                self._heartbeat()
+                next_beat = now + 0.1
+            msg = self.link.recv_match(blocking=True, timeout=0.02)
+            if msg is None or msg.get_type() == "BAD_DATA":
+                if msg is not None:
+                    self.state.errors.append(f"undecodable bytes: {msg}")
+                continue
+            self._on(msg, now)
+
+    def _on(self, msg: Any, now: float) -> None:
+        kind, s = msg.get_type(), self.state
+        if kind == "HEARTBEAT":
+            s.heartbeats_from_companion.append((msg.get_srcComponent(), msg.type, msg.autopilot))
+        elif kind == "SET_POSITION_TARGET_LOCAL_NED":
+            if msg.coordinate_frame not in MAV.enums["MAV_FRAME"]:
+                s.errors.append(f"frame {msg.coordinate_frame} is not a MAV_FRAME")
+            known = 0
+            for value, entry in MAV.enums["POSITION_TARGET_TYPEMASK"].items():
+                known |= 0 if entry.name.endswith("ENUM_END") else value
+            if msg.type_mask & ~known:
+                s.errors.append(f"type mask {msg.type_mask:#x} sets bits POSITION_TARGET_TYPEMASK does not define")
+            s.setpoints.append(
+                Setpoint(now, msg.coordinate_frame, msg.type_mask, (msg.vx, msg.vy, msg.vz), msg.yaw_rate,
+                         (msg.target_system, msg.target_component))
+            )  # fmt: skip
+        elif kind == "COMMAND_LONG":
+            self._ack(msg.command, self._command(msg, now))
+
+    def _command(self, msg: Any, now: float) -> int:
+        s = self.state
+        if msg.command not in MAV.enums["MAV_CMD"]:
+            s.errors.append(f"command {msg.command} is not a MAV_CMD")
+            return MAV.MAV_RESULT_UNSUPPORTED
+        if msg.command == MAV.MAV_CMD_COMPONENT_ARM_DISARM:
+            s.armed = msg.param1 == 1
+            return MAV.MAV_RESULT_ACCEPTED
+        if msg.command == MAV.MAV_CMD_NAV_TAKEOFF:
+            ok = s.armed and (self.autopilot == "px4" or s.mode == "GUIDED")
+            return MAV.MAV_RESULT_ACCEPTED if ok else MAV.MAV_RESULT_FAILED
+        if msg.command == MAV.MAV_CMD_DO_SET_MODE:
+            if self.autopilot == "ardupilot":
+                names = {v: k for k, v in ARDUCOPTER_MODES.items()}
+                mode = names.get(int(msg.param2))
+            else:
+                mode = {v: k for k, v in PX4_MODES.items()}.get((int(msg.param2), int(msg.param3)))
+                recent = [p for p in s.setpoints if now - p.t <= 0.5]
+                if mode == "OFFBOARD" and len(recent) < 2:
+                    return MAV.MAV_RESULT_DENIED  # PX4: no offboard without a setpoint stream
+            if mode is None:
+                return MAV.MAV_RESULT_DENIED
+            s.mode = mode
+            return MAV.MAV_RESULT_ACCEPTED
+        if msg.command == MAV.MAV_CMD_REQUEST_MESSAGE and int(msg.param1) == MAV.MAVLINK_MSG_ID_AUTOPILOT_VERSION:
+            major, minor, patch = VERSION
+            version = (major << 24) | (minor << 16) | (patch << 8)
+            self.link.mav.autopilot_version_send(0, version, 0, 0, 0, [0] * 8, [0] * 8, [0] * 8, 0, 0, 0)
+            return MAV.MAV_RESULT_ACCEPTED
+        return MAV.MAV_RESULT_UNSUPPORTED
+
+    def _ack(self, command: int, result: int) -> None:
+        self.state.commands.append((command, result))
+        self.link.mav.command_ack_send(command, result)
+
+    def set_mode(self, mode: str) -> None:
+        """A mode change on the vehicle's side (the pilot's RC switch)."""
+        self.state.mode = mode
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.link.close()

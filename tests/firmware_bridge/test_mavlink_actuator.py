@@ -1,0 +1,198 @@
+"""The MAVLink actuator against an autopilot peer that behaves as ArduCopter and PX4 document (mavlink_peer.py):
+heartbeats, explicit arming, take-off and modes, setpoints in each autopilot's frame and type mask, the hold as
+the autopilot's own hold mode, a pilot's mode never overridden, a lost link reported."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pymavlink", reason="the mavlink actuator needs the mavlink extra (make installs it)")
+
+from pymavlink import mavutil  # noqa: E402
+
+from firmware_bridge.mavlink_actuator import (  # noqa: E402
+    VELOCITY_YAW_RATE_MASK,
+    MavlinkActuator,
+    MavlinkError,
+    connection_string,
+)
+from tests.firmware_bridge.mavlink_peer import AutopilotPeer  # noqa: E402
+
+MAV = mavutil.mavlink
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def until(predicate, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.fixture(params=["ardupilot", "px4"])
+def pair(request):
+    port = free_udp_port()
+    peer = AutopilotPeer(request.param, port)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=0.5)
+    yield peer, actuator
+    actuator.close()
+    peer.close()
+    assert peer.state.errors == []  # every message decoded and within the dialect's enums
+
+
+def test_heartbeats_both_ways_name_the_autopilot_its_mode_and_version(pair):
+    peer, actuator = pair
+    state = actuator.wait_heartbeat(5)
+    assert state.autopilot == peer.autopilot and state.armed is False
+    until(lambda: actuator.state.firmware == "4.7.0")
+    until(lambda: actuator.stats()["link_ok"])
+    comp, kind, autopilot = peer.state.heartbeats_from_companion[0]
+    assert (comp, kind, autopilot) == (191, MAV.MAV_TYPE_ONBOARD_CONTROLLER, MAV.MAV_AUTOPILOT_INVALID)
+
+
+def test_arming_take_off_and_modes_are_explicit_and_setpoints_use_the_autopilots_frame(pair):
+    peer, actuator = pair
+    actuator.wait_heartbeat(5)
+    actuator.command((2.0, 0.5, -0.25, 0.3), time.monotonic_ns())
+    until(lambda: len(peer.state.setpoints) >= 1)
+    assert not peer.state.armed and peer.state.mode in ("STABILIZE", "POSCTL")  # an act arms nothing
+    fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
+    if peer.autopilot == "ardupilot":
+        with pytest.raises(MavlinkError, match="take-off refused"):
+            actuator.takeoff(5.0)  # ArduCopter: not armed, not in GUIDED
+        actuator.set_mode(fly)
+    actuator.arm()
+    assert peer.state.armed
+    actuator.takeoff(5.0)
+    if peer.autopilot == "px4":
+        actuator.set_mode(fly)  # primes the setpoint stream PX4 requires first
+    assert peer.state.mode == fly and actuator.state.mode == fly
+    n = len(peer.state.setpoints)
+    actuator.command((2.0, 0.5, -0.25, 0.3), time.monotonic_ns())
+    until(lambda: len(peer.state.setpoints) > n)
+    sp = peer.state.setpoints[-1]
+    frame = MAV.MAV_FRAME_BODY_OFFSET_NED if peer.autopilot == "ardupilot" else MAV.MAV_FRAME_BODY_NED
+    assert sp.frame == frame and sp.type_mask == VELOCITY_YAW_RATE_MASK == 0x05C7
+    # forward-left-up, counter-clockwise yaw rate -> forward-right-down, clockwise
+    assert sp.velocity == pytest.approx((2.0, -0.5, 0.25)) and sp.yaw_rate == pytest.approx(-0.3)
+    assert sp.target == (1, 1)
+
+
+def test_px4_refuses_offboard_without_a_setpoint_stream_and_the_actuator_primes_it():
+    port = free_udp_port()
+    peer = AutopilotPeer("px4", port)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}")
+    try:
+        actuator.wait_heartbeat(5)
+        actuator._send(lambda mav: actuator.link.set_mode("OFFBOARD"))  # asked cold, as a naive client would
+        until(lambda: any(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands))
+        assert peer.state.commands[-1] == (MAV.MAV_CMD_DO_SET_MODE, MAV.MAV_RESULT_DENIED)
+        actuator.set_mode("OFFBOARD")
+        assert peer.state.mode == "OFFBOARD"
+    finally:
+        actuator.close()
+        peer.close()
+
+
+def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pair):
+    peer, actuator = pair
+    actuator.wait_heartbeat(5)
+    fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
+    hold = "BRAKE" if peer.autopilot == "ardupilot" else "LOITER"
+    actuator.set_mode(fly)
+    actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+    until(lambda: len(peer.state.setpoints) > 0 and peer.state.setpoints[-1].velocity[0] == 1.0)
+    n = len(peer.state.setpoints)
+    actuator.hold(time.monotonic_ns())
+    until(lambda: peer.state.mode == hold)
+    assert peer.state.setpoints[n].velocity == (0.0, 0.0, 0.0)  # a zero setpoint first, then the hold mode
+    until(lambda: actuator.state.mode == hold)
+    actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())  # the bridge's own hold: it takes the vehicle back
+    until(lambda: peer.state.mode == fly)
+    until(lambda: actuator.state.mode == fly)
+    pilots = "LOITER" if peer.autopilot == "ardupilot" else "POSCTL"
+    peer.set_mode(pilots)  # the pilot takes over on the RC switch
+    until(lambda: actuator.state.mode == pilots)
+    mode_requests = sum(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands)
+    for _ in range(5):
+        actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+        time.sleep(0.05)
+    assert peer.state.mode == pilots
+    assert sum(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands) == mode_requests
+
+
+def test_a_silent_autopilot_is_a_lost_link(pair):
+    peer, actuator = pair
+    actuator.wait_heartbeat(5)
+    until(lambda: actuator.stats()["link_ok"])
+    peer.silent.set()
+    until(lambda: not actuator.stats()["link_ok"], timeout=3)
+    assert actuator.stats()["heartbeat_age_s"] >= 0.5
+    peer.silent.clear()
+    until(lambda: actuator.stats()["link_ok"], timeout=3)
+
+
+def test_no_autopilot_is_a_clear_error():
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{free_udp_port()}")
+    try:
+        with pytest.raises(MavlinkError, match="no autopilot heartbeat"):
+            actuator.wait_heartbeat(0.3)
+        assert actuator.stats()["link_ok"] is False
+    finally:
+        actuator.close()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("/dev/ttyS0", "must be serial:DEVICE:BAUD"),
+        ("serial:/dev/serial0", "needs DEVICE:BAUD"),
+        ("udpin:14550", "needs HOST:PORT"),
+        ("bluetooth:aa:bb", "unknown link kind"),
+    ],
+)
+def test_bad_endpoints_are_one_line_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        connection_string(spec)
+    assert connection_string("serial:/dev/serial0:921600") == ("/dev/serial0", 921600)
+
+
+def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bridge, discrete_model_file):
+    """python -m firmware_bridge.serve --actuator mavlink --fc udpout:...: an act's setpoint reaches the autopilot
+    in its frame; status carries the autopilot's state; the watchdog's hold becomes the autopilot's hold."""
+    from firmware_bridge.client import BridgeClient
+
+    port = free_udp_port()
+    peer = AutopilotPeer("ardupilot", port)
+    try:
+        bridge = start_bridge(
+            "--policy", str(discrete_model_file), "--actuator", "mavlink", "--fc", f"udpout:127.0.0.1:{port}"
+        )
+        client = BridgeClient(bridge.endpoint)
+        try:
+            until(lambda: client.status()["actuator"].get("autopilot") == "ardupilot", timeout=10)
+            status = client.status()["actuator"]
+            assert status["kind"] == "mavlink" and status["link_ok"] and status["mode"] == "STABILIZE"
+            peer.set_mode("GUIDED")  # take-off and GUIDED are the operator's steps, before the loop flies
+            until(lambda: client.status()["actuator"]["mode"] == "GUIDED")
+            before = len(peer.state.setpoints)
+            result = client.act(np.zeros(1032, np.float32))
+            until(lambda: len(peer.state.setpoints) > before)
+            sp = peer.state.setpoints[before]
+            assert sp.frame == MAV.MAV_FRAME_BODY_OFFSET_NED and sp.type_mask == VELOCITY_YAW_RATE_MASK
+            vx, vy, vz, yaw_rate = result.setpoint
+            assert sp.velocity == pytest.approx((vx, -vy, -vz)) and sp.yaw_rate == pytest.approx(-yaw_rate)
+            until(lambda: peer.state.mode == "BRAKE", timeout=3)  # no act for 200 ms: the hold
+        finally:
+            client.close()
+    finally:
+        peer.close()
