@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from firmware_bridge import __version__
-from firmware_bridge.actuator import ACTUATOR_KINDS, make_actuator
+from firmware_bridge.actuators import ACTUATOR_KINDS, make_actuator
 from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,

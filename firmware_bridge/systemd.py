@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from firmware_bridge import __version__
-from firmware_bridge.actuator import ACTUATOR_KINDS
+from firmware_bridge.actuators import ACTUATOR_KINDS
 from firmware_bridge.cli import USAGE_ERROR_EXIT, OneLineArgumentParser, fail, positive_int
 from firmware_bridge.protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, parse_tcp_endpoint
 
@@ -70,6 +70,7 @@ def render_unit(
     policy: str | None,
     threads: int = 1,
     actuator: str = "mock",
+    fc: str | None = None,
     hold_timeout_ms: int = 200,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     user: str = SERVICE_USER,
@@ -85,6 +86,8 @@ def render_unit(
         "--hold-timeout-ms", str(hold_timeout_ms),
         "--max-message-bytes", str(max_message_bytes),
     ]  # fmt: skip
+    if fc:
+        command += ["--fc", fc]
     if curve_secret and curve_clients:
         command += ["--curve-secret", curve_secret, "--curve-clients", curve_clients]
     # The mock actuator needs no device; a flight-controller link (a serial port) does.
@@ -142,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", metavar="FILE", help="ONNX policy loaded at startup (made absolute)")
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--actuator", choices=ACTUATOR_KINDS, default="mock")
+    parser.add_argument("--fc", metavar="ENDPOINT", help="--actuator mavlink: the flight controller (serve's --fc)")
     parser.add_argument("--hold-timeout-ms", type=positive_int, default=200)
     parser.add_argument("--max-message-bytes", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES)
     parser.add_argument("--curve-secret", metavar="FILE", help="CurveZMQ key pair of the bridge (made absolute)")
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{PROG}: warning: no --curve-secret/--curve-clients: the bridge will be UNAUTHENTICATED", file=sys.stderr
         )
+    if (args.actuator == "mavlink") != (args.fc is not None):
+        fail("--actuator mavlink and --fc go together (e.g. --fc serial:/dev/serial0:921600)", prog=PROG)
     if args.user == "root":
         fail("--user root: the bridge runs unprivileged (docs/pi-install.md creates the airq account)", prog=PROG)
     for flag, value in (("--curve-secret", curve_secret), ("--curve-clients", curve_clients), ("--policy", policy)):
@@ -184,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             policy=policy,
             threads=args.threads,
             actuator=args.actuator,
+            fc=args.fc,
             hold_timeout_ms=args.hold_timeout_ms,
             max_message_bytes=args.max_message_bytes,
             user=args.user,

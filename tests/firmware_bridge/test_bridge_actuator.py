@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from firmware_bridge.actuator import HOVER_SETPOINT, HoldWatchdog, MockFlightController, make_actuator
+from firmware_bridge.actuator import HOVER_SETPOINT, HoldWatchdog, MockFlightController
+from firmware_bridge.actuators import make_actuator
 
 MS = 1_000_000
 

@@ -196,3 +196,12 @@ def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bri
             client.close()
     finally:
         peer.close()
+
+
+def test_the_boot_service_passes_the_flight_controller_and_opens_its_serial_port():
+    from firmware_bridge.systemd import render_unit
+
+    unit = render_unit(python="/usr/bin/python3", bind="tcp://0.0.0.0:5555", policy=None, actuator="mavlink",
+                       fc="serial:/dev/serial0:921600")  # fmt: skip
+    assert "--actuator mavlink" in unit and "--fc serial:/dev/serial0:921600" in unit
+    assert "SupplementaryGroups=dialout" in unit and "PrivateDevices=yes" not in unit
