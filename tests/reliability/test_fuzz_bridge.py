@@ -31,8 +31,8 @@ N_ACTIONS = 4
 LIMIT = 4096  # --max-message-bytes: small, so oversize cases are cheap
 FUZZ_CASES = int(os.environ.get("AIRQ_FUZZ_CASES", "10000"))
 BATCH = 25  # messages per hypothesis example
-# bounds a hang; a healthy bridge answers in well under a millisecond, but on the 2-core CI machine, beside the other
-# xdist worker's Ray and training tests, a reply once took over 3 s (the same message answered at once on rerun)
+# bounds a hang: a healthy bridge answers in well under a millisecond, but on a 2-core machine shared with the other
+# xdist worker's Ray and training tests a reply can wait seconds for the CPU
 REPLY_TIMEOUT_MS = 10_000
 
 
