@@ -114,7 +114,9 @@ def test_stall_and_cut_connection_recover(link: NetnsLink, bridge: BridgeProcess
             wait_for_log(tmp_path, lambda r: len(episodes(r)) >= 1, 60, run)
             time.sleep(0.5)
             proxy.stall(1.5)
-            wait_for_log(tmp_path, lambda r: events(r, "outage_end"), 60, run)  # a hang bound: 14 s alone, 34 s under load
+            wait_for_log(
+                tmp_path, lambda r: events(r, "outage_end"), 60, run
+            )  # a hang bound: 14 s alone, 34 s under load
             time.sleep(0.3)
             assert proxy.cut_connections() >= 1
             code, stdout, stderr = finish(run)
