@@ -75,7 +75,7 @@ class AutopilotState:
     armed: bool = False
     last_heartbeat_s: float | None = None  # time.monotonic()
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
-    link_ok: bool = False
+    link_ok: bool = False  # derived from last_heartbeat_s when read (stats)
 
 
 def connection_string(spec: str) -> tuple[str, int | None]:
@@ -153,8 +153,6 @@ class MavlinkActuator(Actuator):
                 time.sleep(0.05)
             if msg is not None:
                 self._on_message(msg)
-            last = self.state.last_heartbeat_s
-            self.state.link_ok = last is not None and self.clock() - last < self.link_timeout_s
 
     def _on_message(self, msg: Any) -> None:
         kind = msg.get_type()
@@ -296,6 +294,8 @@ class MavlinkActuator(Actuator):
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
     def stats(self) -> dict[str, Any]:
+        last = self.state.last_heartbeat_s
+        self.state.link_ok = last is not None and self.clock() - last < self.link_timeout_s
         return {
             "kind": self.name,
             "endpoint": self.endpoint,

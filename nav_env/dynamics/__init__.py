@@ -1,5 +1,5 @@
 """Rigid-body flight for nav_env: a MuJoCo quadrotor under a cascaded flight controller (the ``mujoco`` backend).
 
-Needs the ``dynamics`` extra (``pip install 'airq[dynamics]'``, MuJoCo). ``nav_env.dynamics.config`` and
-``nav_env.dynamics.controller`` import without it; ``nav_env.dynamics.world`` (``MujocoSim``) needs it.
+Needs the ``dynamics`` extra (``pip install 'airq[dynamics]'``: MuJoCo, and Numba for the controller and the camera
+culling). ``nav_env.dynamics.config`` and ``nav_env.dynamics.identify``'s design model import without it.
 """
