@@ -7,7 +7,10 @@ rad/s). The interface is deliberately tiny so a real link can slot in later:
 * ``hold(t_ns)``               go to hover (zero velocity) - the failsafe;
 * ``reset()``                  new episode: hover and clear per-episode stats;
 * ``stats()``                  msgpack-able dict for the status reply;
-* ``close()``                  release the link (serial port, socket...).
+* ``close()``                  release the link (serial port, socket...);
+* ``vehicle()``                the vehicle's state for every act reply (None: no vehicle behind it);
+* ``link_error()``             why setpoints cannot reach the vehicle now (None: they can);
+* ``vehicle_command(...)``     arm, disarm, take off, change mode (refused by an actuator without a vehicle).
 
 :class:`MockFlightController` records and measures; :mod:`firmware_bridge.mavlink_actuator`
 sends the setpoints to ArduPilot or PX4 over MAVLink (the ``mavlink`` extra). Timeouts stay in
@@ -50,6 +53,25 @@ class Actuator(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional for actuators with nothing to release
         """Release the link."""
+
+    def vehicle(self) -> dict[str, Any] | None:
+        """The vehicle's state as every act reply carries it (``autopilot``, ``mode``, ``armed``, ``link_ok``),
+        or None: nothing behind this actuator reports one."""
+        return None
+
+    def link_error(self) -> str | None:
+        """One line saying why a setpoint cannot reach the vehicle now (its link is lost), else None."""
+        return None
+
+    def vehicle_command(self, command: str, args: dict[str, Any]) -> None:
+        """Run one explicit vehicle command (``arm``, ``disarm``, ``takeoff`` with ``altitude_m``, ``mode`` with
+        ``mode``), waiting for the vehicle's answer; VehicleCommandError (one line) if refused."""
+        raise VehicleCommandError(f"the {self.name} actuator has no vehicle to {command}: start the bridge with "
+                                  "--actuator mavlink --fc ENDPOINT")  # fmt: skip
+
+
+class VehicleCommandError(RuntimeError):
+    """A vehicle command was refused or not answered (the message says which and why)."""
 
 
 class MockFlightController(Actuator):

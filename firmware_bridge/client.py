@@ -114,6 +114,10 @@ class BridgeProtocolError(BridgeError):
     """The reply does not follow the protocol (not msgpack, wrong type, wrong version)."""
 
 
+# A vehicle command waits on the bridge for the autopilot's acknowledgement (5 s at most) and, for a mode change,
+# for the heartbeat that shows the new mode.
+VEHICLE_COMMAND_TIMEOUT_S = 12.0
+
 # Room a load_policy request needs beside its chunk of model bytes (msgpack keys, sha256, name, ints).
 UPLOAD_ENVELOPE_BYTES = 1024
 
@@ -154,6 +158,7 @@ class ActResult:
     recv_ns: int  # device time.monotonic_ns() when the request arrived
     send_ns: int  # device time.monotonic_ns() just before the reply was packed
     logits: np.ndarray | None  # float32 [n_actions] for discrete policies that export logits
+    vehicle: dict[str, Any] | None = None  # the autopilot's state (autopilot, mode, armed, link_ok), None: mock
 
     @property
     def overhead_ns(self) -> int:
@@ -607,6 +612,7 @@ class BridgeClient:
             recv_ns=reply["recv_ns"],
             send_ns=reply["send_ns"],
             logits=decode_float32_bytes(reply.get("logits")),
+            vehicle=reply.get("vehicle"),
         )
 
     def act_within(self, obs: np.ndarray, timeout_s: float) -> ActResult | None:
@@ -640,6 +646,12 @@ class BridgeClient:
         """New episode: actuator to hover, per-episode counters cleared; returns the finished episode's summary.
         ``timeout_s``: per attempt, as for hello()."""
         return self._call(MsgType.RESET, timeout_s)[0]
+
+    def vehicle(self, command: str, timeout_s: float = VEHICLE_COMMAND_TIMEOUT_S, **fields: Any) -> dict[str, Any]:
+        """One vehicle command (``arm``, ``disarm``, ``takeoff`` with ``altitude_m``, ``mode`` with ``mode``): the
+        reply (``vehicle``: the autopilot's state after it). BridgeRefused VEHICLE_REFUSED if the autopilot refused.
+        The bridge waits for the autopilot's answer, so each attempt waits ``timeout_s``."""
+        return self._call(MsgType.VEHICLE, timeout_s, command=command, **fields)[0]
 
     @property
     def attempts_per_request(self) -> int:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from firmware_bridge.actuator import Actuator
+from firmware_bridge.actuator import Actuator, VehicleCommandError
 
 try:
     from pymavlink import mavutil
@@ -62,7 +62,7 @@ HEARTBEAT_PERIOD_S = 1.0
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
 
 
-class MavlinkError(RuntimeError):
+class MavlinkError(VehicleCommandError):
     """The autopilot refused or did not answer."""
 
 
@@ -76,6 +76,12 @@ class AutopilotState:
     last_heartbeat_s: float | None = None  # time.monotonic()
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
     link_ok: bool = False  # derived from last_heartbeat_s when read (stats)
+
+
+def result_name(result: int) -> str:
+    """MAV_RESULT's name for a COMMAND_ACK result (e.g. MAV_RESULT_DENIED)."""
+    entry = MAV.enums["MAV_RESULT"].get(result)
+    return entry.name if entry is not None else f"MAV_RESULT {result}"
 
 
 def connection_string(spec: str) -> tuple[str, int | None]:
@@ -229,14 +235,30 @@ class MavlinkActuator(Actuator):
             time.sleep(0.02)
 
     def arm(self, timeout_s: float = 5.0) -> None:
-        """Arm (MAV_CMD_COMPONENT_ARM_DISARM); MavlinkError if refused."""
+        """Arm (MAV_CMD_COMPONENT_ARM_DISARM); MavlinkError, with the autopilot's last messages, if refused."""
+        self._arm_disarm(True, timeout_s)
+
+    def disarm(self, timeout_s: float = 5.0) -> None:
+        """Disarm (the autopilot refuses while flying); MavlinkError if refused."""
+        self._arm_disarm(False, timeout_s)
+
+    def _arm_disarm(self, arm: bool, timeout_s: float) -> None:
         self.wait_heartbeat(timeout_s)
-        self._command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1)
+        self.statustext.clear()  # the refusal's reason is what the autopilot says from now on
+        self._command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1 if arm else 0)
         result = self._wait_ack(MAV.MAV_CMD_COMPONENT_ARM_DISARM, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:
+            time.sleep(0.1)  # the reason (a STATUSTEXT) follows the refusal
             raise MavlinkError(
-                f"arming refused (MAV_RESULT {result}): {' | '.join(self.statustext) or 'no reason given'}"
+                f"{'arming' if arm else 'disarming'} refused ({result_name(result)}): "
+                f"{' | '.join(self.statustext) or 'no reason given'}"
             )
+        end = self.clock() + timeout_s
+        while self.state.armed != arm:  # accepted: the heartbeat shows it within one of its periods
+            if self.clock() > end:
+                raise MavlinkError(f"{'arming' if arm else 'disarming'} accepted but the heartbeat still shows "
+                                   f"{'disarmed' if arm else 'armed'} after {timeout_s:g} s")  # fmt: skip
+            time.sleep(0.01)
 
     def takeoff(self, altitude_m: float, timeout_s: float = 5.0) -> None:
         """MAV_CMD_NAV_TAKEOFF to ``altitude_m`` above the take-off point; MavlinkError if refused."""
@@ -244,7 +266,37 @@ class MavlinkActuator(Actuator):
         self._command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), altitude_m)
         result = self._wait_ack(MAV.MAV_CMD_NAV_TAKEOFF, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:
-            raise MavlinkError(f"take-off refused (MAV_RESULT {result})")
+            raise MavlinkError(
+                f"take-off refused ({result_name(result)}): {' | '.join(self.statustext) or 'no reason given'}"
+            )
+
+    def vehicle_command(self, command: str, args: dict[str, Any]) -> None:
+        if command == "arm":
+            self.arm()
+        elif command == "disarm":
+            self.disarm()
+        elif command == "takeoff":
+            self.takeoff(float(args["altitude_m"]))
+        elif command == "mode":
+            self.set_mode(str(args["mode"]))
+        else:
+            raise MavlinkError(f"unknown vehicle command {command!r}")
+
+    def vehicle(self) -> dict[str, Any]:
+        s = self.state
+        return {"autopilot": s.autopilot, "mode": s.mode, "armed": s.armed, "link_ok": self._link_ok()}
+
+    def link_error(self) -> str | None:
+        if self._link_ok():
+            return None
+        last = self.state.last_heartbeat_s
+        if last is None:
+            return f"no heartbeat from the autopilot on {self.endpoint} yet"
+        return f"autopilot link lost: no heartbeat on {self.endpoint} for {self.clock() - last:.1f} s"
+
+    def _link_ok(self) -> bool:
+        last = self.state.last_heartbeat_s
+        return last is not None and self.clock() - last < self.link_timeout_s
 
     # ------------------------------------------------------------------ the Actuator interface
     def _send_setpoint(self, setpoint: Sequence[float]) -> None:
@@ -294,8 +346,7 @@ class MavlinkActuator(Actuator):
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
     def stats(self) -> dict[str, Any]:
-        last = self.state.last_heartbeat_s
-        self.state.link_ok = last is not None and self.clock() - last < self.link_timeout_s
+        self.state.link_ok = self._link_ok()
         return {
             "kind": self.name,
             "endpoint": self.endpoint,

@@ -72,9 +72,10 @@ class MsgType:
     ACT = "act"
     STATUS = "status"
     RESET = "reset"
+    VEHICLE = "vehicle"
     ERROR = "error"  # replies only
 
-    REQUESTS = frozenset({HELLO, LOAD_POLICY, ACT, STATUS, RESET})
+    REQUESTS = frozenset({HELLO, LOAD_POLICY, ACT, STATUS, RESET, VEHICLE})
 
 
 class ErrorCode:
@@ -88,6 +89,8 @@ class ErrorCode:
     TOO_LARGE = "TOO_LARGE"  # message over max_message_bytes, or a model over max_model_bytes
     INTERNAL = "INTERNAL"  # bug or runtime failure on the device; the bridge keeps serving
     BUSY = "BUSY"  # --max-peers other peers are connected: this one is not served (nothing executed)
+    VEHICLE_LINK = "VEHICLE_LINK"  # the flight controller's link is lost: the act's setpoint was not sent
+    VEHICLE_REFUSED = "VEHICLE_REFUSED"  # a vehicle command refused (by the autopilot, or no vehicle behind)
 
     ALL = frozenset(
         {
@@ -101,6 +104,8 @@ class ErrorCode:
             TOO_LARGE,
             INTERNAL,
             BUSY,
+            VEHICLE_LINK,
+            VEHICLE_REFUSED,
         }
     )
 
@@ -263,6 +268,51 @@ def status_request(seq: int) -> dict[str, Any]:
 
 def reset_request(seq: int) -> dict[str, Any]:
     return request(MsgType.RESET, seq)
+
+
+# The vehicle commands a ``vehicle`` request may carry, and the fields each needs (docs/protocol.md 4.6).
+VEHICLE_COMMANDS: dict[str, tuple[str, ...]] = {
+    "arm": (),
+    "disarm": (),
+    "takeoff": ("altitude_m",),
+    "mode": ("mode",),
+}
+MAX_TAKEOFF_ALTITUDE_M = 120.0  # the usual legal ceiling for small drones; a typo of 500 m is refused
+
+
+def vehicle_request(seq: int, command: str, **fields: Any) -> dict[str, Any]:
+    return request(MsgType.VEHICLE, seq, command=command, **fields)
+
+
+def validate_vehicle_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The command of a ``vehicle`` request and its arguments; ProtocolError (BAD_MESSAGE) naming what is wrong."""
+    command = message.get("command")
+    if type(command) is not str or command not in VEHICLE_COMMANDS:
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            f"vehicle 'command' must be one of {', '.join(VEHICLE_COMMANDS)}, got {wire_type(command)} {command!r}"[
+                :300
+            ],
+        )
+    args: dict[str, Any] = {}
+    if command == "takeoff":
+        alt = message.get("altitude_m")
+        if type(alt) not in (int, float) or not math.isfinite(alt) or not 0.5 <= alt <= MAX_TAKEOFF_ALTITUDE_M:
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"takeoff 'altitude_m' must be a number of metres in 0.5..{MAX_TAKEOFF_ALTITUDE_M:g}, got {alt!r}"[
+                    :300
+                ],
+            )
+        args["altitude_m"] = float(alt)
+    elif command == "mode":
+        mode = message.get("mode")
+        if type(mode) is not str or not mode or len(mode) > 32 or not mode.replace("_", "").isalnum():
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE, f"mode 'mode' must be a flight mode's name such as GUIDED, got {mode!r}"[:300]
+            )
+        args["mode"] = mode.upper()
+    return command, args
 
 
 # --------------------------------------------------------------------------- replies

@@ -25,7 +25,7 @@ from typing import Any, cast
 import zmq
 
 from firmware_bridge import __version__
-from firmware_bridge.actuator import Actuator, HoldWatchdog
+from firmware_bridge.actuator import Actuator, HoldWatchdog, VehicleCommandError
 from firmware_bridge.device import cpu_times_s, device_info, process_memory_bytes
 from firmware_bridge.int8_kernels import saturation_warning
 from firmware_bridge.keys import KeyFileError, allowed_client_keys, load_key_pair, load_public_key
@@ -57,6 +57,7 @@ from firmware_bridge.protocol import (
     peek_seq,
     unpack,
     validate_envelope,
+    validate_vehicle_command,
 )
 from firmware_bridge.upload import UploadSlot
 
@@ -153,6 +154,7 @@ class BridgeServer:
             MsgType.ACT: self._on_act,
             MsgType.STATUS: self._on_status,
             MsgType.RESET: self._on_reset,
+            MsgType.VEHICLE: self._on_vehicle,
         }
         # A context of its own: the ZAP handler's address (inproc://zeromq.zap.01) is one per context.
         self._own_context = context is None
@@ -370,6 +372,9 @@ class BridgeServer:
         if dtype is None and "dtype" in message:  # optional means absent: nil is not a dtype (section 4.3)
             raise ProtocolError(ErrorCode.BAD_OBSERVATION, "obs dtype is nil; leave it out or send '<f4'")
         obs = decode_observation(message.get("obs"), message.get("shape"), dtype, policy.obs_dim)
+        link_error = self.actuator.link_error()
+        if link_error is not None:  # a setpoint into a dead link would fly nothing: the host must know
+            raise ProtocolError(ErrorCode.VEHICLE_LINK, link_error)
         start_ns = time.perf_counter_ns()
         action, setpoint, logits = policy.act(obs)
         infer_ns = time.perf_counter_ns() - start_ns
@@ -386,6 +391,7 @@ class BridgeServer:
             "setpoint": setpoint,
             "logits": logits,
             "infer_ns": infer_ns,
+            "vehicle": self.actuator.vehicle(),
             "recv_ns": recv_ns,
             "send_ns": time.monotonic_ns(),
         }
@@ -504,6 +510,19 @@ class BridgeServer:
             "dropped_closed": self.peers.dropped_closed,
             "upload_staged_bytes": self.uploads.staged_bytes,
         }
+
+    def _on_vehicle(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
+        command, args = validate_vehicle_command(message)
+        # The command blocks this loop (and so the watchdog) until the autopilot answers: hover first rather
+        # than let the last setpoint fly on unwatched.
+        if self.watchdog.hold_now(time.monotonic_ns()):
+            self._on_hold(f"vehicle command {command}")
+        try:
+            self.actuator.vehicle_command(command, args)
+        except VehicleCommandError as exc:
+            raise ProtocolError(ErrorCode.VEHICLE_REFUSED, str(exc)[:300]) from None
+        log.info("vehicle command %s %s done", command, args or "")
+        return ok_reply(MsgType.VEHICLE, seq, command=command, vehicle=self.actuator.vehicle())
 
     def _on_reset(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         counters = self.counters

@@ -167,9 +167,11 @@ def test_bad_endpoints_are_one_line_errors(spec, message):
 
 
 def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bridge, discrete_model_file):
-    """python -m firmware_bridge.serve --actuator mavlink --fc udpout:...: an act's setpoint reaches the autopilot
-    in its frame; status carries the autopilot's state; the watchdog's hold becomes the autopilot's hold."""
-    from firmware_bridge.client import BridgeClient
+    """python -m firmware_bridge.serve --actuator mavlink --fc udpout:...: mode, arming and take-off are explicit
+    vehicle requests (a refused one is VEHICLE_REFUSED with the autopilot's answer); an act's setpoint reaches the
+    autopilot in its frame and its reply carries the autopilot's state; the watchdog's hold becomes the autopilot's
+    hold; a silent autopilot makes acts VEHICLE_LINK errors that send nothing."""
+    from firmware_bridge.client import BridgeClient, BridgeRefused
 
     port = free_udp_port()
     peer = AutopilotPeer("ardupilot", port)
@@ -182,20 +184,50 @@ def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bri
             until(lambda: client.status()["actuator"].get("autopilot") == "ardupilot", timeout=10)
             status = client.status()["actuator"]
             assert status["kind"] == "mavlink" and status["link_ok"] and status["mode"] == "STABILIZE"
-            peer.set_mode("GUIDED")  # take-off and GUIDED are the operator's steps, before the loop flies
-            until(lambda: client.status()["actuator"]["mode"] == "GUIDED")
+            with pytest.raises(BridgeRefused, match="VEHICLE_REFUSED.*take-off refused .MAV_RESULT_FAILED"):
+                client.vehicle("takeoff", altitude_m=5.0)  # ArduCopter takes off only armed, in GUIDED
+            assert client.vehicle("mode", mode="guided")["vehicle"]["mode"] == "GUIDED"
+            assert client.vehicle("arm")["vehicle"]["armed"] is True
+            reply = client.vehicle("takeoff", altitude_m=5.0)
+            assert reply["command"] == "takeoff" and peer.state.commands[-1] == (MAV.MAV_CMD_NAV_TAKEOFF, 0)
             before = len(peer.state.setpoints)
             result = client.act(np.zeros(1032, np.float32))
+            assert result.vehicle == {"autopilot": "ardupilot", "mode": "GUIDED", "armed": True, "link_ok": True}
             until(lambda: len(peer.state.setpoints) > before)
             sp = peer.state.setpoints[before]
             assert sp.frame == MAV.MAV_FRAME_BODY_OFFSET_NED and sp.type_mask == VELOCITY_YAW_RATE_MASK
             vx, vy, vz, yaw_rate = result.setpoint
             assert sp.velocity == pytest.approx((vx, -vy, -vz)) and sp.yaw_rate == pytest.approx(-yaw_rate)
             until(lambda: peer.state.mode == "BRAKE", timeout=3)  # no act for 200 ms: the hold
+            peer.silent.set()  # the autopilot's link cut: no heartbeat for the bridge's 3 s
+            until(lambda: not client.status()["actuator"]["link_ok"], timeout=6)
+            sent = len(peer.state.setpoints)
+            with pytest.raises(BridgeRefused, match="VEHICLE_LINK: autopilot link lost: no heartbeat on udpout"):
+                client.act(np.zeros(1032, np.float32))
+            time.sleep(0.1)
+            assert len(peer.state.setpoints) == sent  # nothing sent into the dead link
+            peer.silent.clear()
+            until(lambda: client.status()["actuator"]["link_ok"], timeout=3)
+            assert client.act(np.zeros(1032, np.float32)).vehicle["link_ok"] is True
         finally:
             client.close()
     finally:
         peer.close()
+
+
+def test_vehicle_commands_are_validated_and_a_mock_bridge_has_no_vehicle(loaded_bridge):
+    from firmware_bridge.client import BridgeClient, BridgeRefused
+
+    with BridgeClient(loaded_bridge.endpoint) as client:
+        with pytest.raises(BridgeRefused, match="VEHICLE_REFUSED: the mock actuator has no vehicle to arm"):
+            client.vehicle("arm")
+        with pytest.raises(BridgeRefused, match="BAD_MESSAGE: vehicle 'command' must be one of arm, disarm"):
+            client.vehicle("launch")
+        with pytest.raises(BridgeRefused, match="BAD_MESSAGE: takeoff 'altitude_m' must be a number of metres"):
+            client.vehicle("takeoff", altitude_m=500.0)
+        with pytest.raises(BridgeRefused, match="BAD_MESSAGE: mode 'mode' must be a flight mode"):
+            client.vehicle("mode", mode="GUIDED; rm -rf")
+        assert client.act(np.zeros(1032, np.float32)).vehicle is None
 
 
 def test_the_boot_service_passes_the_flight_controller_and_opens_its_serial_port():
