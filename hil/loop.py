@@ -89,6 +89,7 @@ class LinkStats:
     policy_uploads: int = 0  # re-uploads after the bridge lost the policy
     policy_verifications: int = 0
     bridge_restarts: int = 0
+    vehicle_link_errors: int = 0  # acts the bridge refused because its autopilot link was lost (VEHICLE_LINK)
 
 
 class ControlLink:
@@ -158,6 +159,12 @@ class ControlLink:
             self._miss(deadline, "bridge busy: its peer cap is full")  # nothing was executed
             return None
         except BridgeRefused as exc:
+            if exc.code == ErrorCode.VEHICLE_LINK:  # the bridge is up, its autopilot is not: nothing was sent
+                self.stats.vehicle_link_errors += 1
+                if self._streak_start is None:
+                    self.emit("vehicle_link_lost", detail=exc.detail)
+                self._miss(deadline, "the bridge's autopilot link is lost")
+                return None
             if exc.code != ErrorCode.NO_POLICY:
                 raise  # a bad observation or policy is a bug to report, not a network fault
             self._must_verify = True  # a restarted bridge without our policy
@@ -489,7 +496,7 @@ def run_closed_loop(
     return rec
 
 
-LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads")
+LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")
 
 
 def _link_counts(stats: LinkStats) -> dict[str, float]:

@@ -134,6 +134,7 @@ class Reliability:
     # BridgeClient.reliability_counters that were measured (CLIENT_COUNTS): report.json has them beside the
     # fields above, and only those measured (a run resumed from an older log may lack some)
     client: dict[str, int] = field(default_factory=dict)
+    vehicle_link_errors: int | None = 0  # acts refused VEHICLE_LINK: the bridge's autopilot link was lost
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -256,6 +257,7 @@ def summarize_run(
             outage_s=round(rec.link.outage_s + _prior(prior, "outage_s"), 3),
             policy_reuploads=rec.link.policy_uploads + _prior(prior, "policy_uploads"),
             bridge_restarts=rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
+            vehicle_link_errors=rec.link.vehicle_link_errors + _prior(prior, "vehicle_link_errors"),
             episodes_spanning_outage=[r["episode"] for r in rows if r.get("spans_outage")],
             client={
                 k: rec.client_counters.get(k, 0) + _prior(prior, k)
@@ -372,6 +374,7 @@ class Report:
     backend: str  # the simulator
     warnings: list[str] = field(default_factory=list)  # in report.json only when there is one
     timing_by_policy: dict[str, dict[str, Any]] | None = None  # --timing latency: each flown policy's delay
+    vehicle: dict[str, Any] | None = None  # --backend autopilot: autopilot, firmware, frame, clock speed, preflight
 
     def with_policies(self, results: list[PolicyResult]) -> Report:
         """This report with the policies so far: the device is the first one reached."""
@@ -393,6 +396,8 @@ class Report:
             del out["warnings"]
         if self.timing_by_policy is None:
             del out["timing_by_policy"]
+        if self.vehicle is None:
+            del out["vehicle"]
         return out
 
 
@@ -422,12 +427,19 @@ def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) 
     )
     for r in runs:
         rel = r["reliability"]
-        if rel["deadline_misses"] or rel["outages"] or rel.get("retries") or rel.get("reconnects"):
+        if (
+            rel["deadline_misses"]
+            or rel["outages"]
+            or rel.get("retries")
+            or rel.get("reconnects")
+            or rel.get("vehicle_link_errors")
+        ):
             lines.append(
                 f"{_short(r['policy'])}: {rel['deadline_misses']} deadline misses (deadline {rel['deadline_ms'] or 0:.0f} ms), "
                 f"{rel['outages']} outage(s) {rel['outage_s']:.2f} s, {rel.get('retries', 0)} retries, "
                 f"{rel.get('reconnects', 0)} reconnects, {rel.get('stale_replies', 0)} stale replies dropped, "
-                f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s); "
+                f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s), "
+                f"{rel.get('vehicle_link_errors') or 0} act(s) refused with the autopilot link lost; "
                 f"episodes spanning an outage: {rel['episodes_spanning_outage'] or 'none'}"
             )
     for c in comparisons:
@@ -499,7 +511,10 @@ def _trajectory_png(
     stem = Path(run.policy).stem
     title = episode_title(stem, row.get("outcome"), row.get("steps"), row.get("episode"), row.get("seed"))
     subtitle = f"{run.policy} in the closed loop, level {report.level}"
-    if report.backend != "embedded":
+    if report.vehicle:
+        v = report.vehicle
+        subtitle += f", flown by {v.get('autopilot')} {v.get('firmware')} (the arena placed on its start pose)"
+    elif report.backend != "embedded":
         subtitle += f", {report.backend} simulator"
     if row.get("path_length") is not None:
         subtitle += (

@@ -3,6 +3,8 @@
     python -m hil.run --policy policy3_int8.onnx --host raspberrypi.local [--port 5555]
     python -m hil.run --policy models/policy1_fp32.onnx --policy models/policy1_int8.onnx --sim-only
     python -m hil.run --resume out/hil        # continue an interrupted run where it stopped
+    python -m hil.run --policy models/policy1_int8.onnx --sim-only --backend autopilot --level easy \
+        --fc tcp:127.0.0.1:5760 --telemetry tcp:127.0.0.1:5762 --takeoff-m 5   # ArduCopter SITL (docs/autopilot.md)
 
 The host flies the embedded simulator; every observation goes to the bridge (firmware_bridge) over
 ZeroMQ, the device's action comes back and is applied. With --sim-only the bridge is started here as
@@ -23,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.protocol import sha256_hex
+from hil.autopilot import VehicleNotReady, prepare_vehicle
 from hil.loop import (
     MAX_OUTAGE_S,
     ControlLink,
@@ -74,6 +77,7 @@ from hil.report import (
     summarize_run,
     write_report,
 )
+from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv, check_endpoint
 from nav_env.backends import BACKENDS, make_env
 from nav_env.config import ConfigError, NavConfig, load_level
 from nav_env.latency import LatencySource, parse_latency
@@ -97,6 +101,10 @@ class RunArgs:
     airsim_port: int = 41451
     airsim_scene: str | None = None  # TOML/JSON description of the map's obstacles (nav_env.airsim.scene)
     airsim_lockstep: bool = False  # pause the simulator between steps
+    telemetry: str | None = None  # --backend autopilot: the ground station's MAVLink link to the autopilot
+    fc: str | None = None  # --sim-only --backend autopilot: the local bridge's link to the autopilot (--fc)
+    takeoff_m: float | None = None  # --backend autopilot: arm and take off to this altitude through the bridge
+    preflight_timeout_s: float = 180.0  # --backend autopilot: for the vehicle to arm, climb and switch mode
     device_arch: str = "native"  # --sim-only: native, or aarch64 (the bridge under qemu emulation)
     timeout_s: float = 1.0  # per request, before a retry
     deadline_ms: float | None = None  # per act; default: 80% of the control period
@@ -191,7 +199,10 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--seed", type=int)
     p.add_argument("--rate-hz", type=float, help="pace the loop at this rate (default: free-running)")
     p.add_argument(
-        "--backend", choices=BACKENDS, help="simulator: embedded (default), mujoco (rigid-body quadrotor), airsim"
+        "--backend",
+        choices=BACKENDS,
+        help="simulator: embedded (default), mujoco (rigid-body quadrotor), airsim, or autopilot (a real ArduPilot/PX4 "
+        "vehicle flown by the bridge over MAVLink, the world virtual: docs/autopilot.md)",
     )
     p.add_argument("--airsim-host", help="AirSim / Cosys-AirSim server (with --backend airsim)")
     p.add_argument("--airsim-port", type=int)
@@ -200,6 +211,27 @@ def parse_args(argv: list[str] | None) -> RunArgs:
         help="file describing the AirSim map's obstacles (docs/airsim.md); without it episodes have none",
     )
     p.add_argument("--airsim-lockstep", action="store_true", help="pause AirSim between control steps")
+    p.add_argument(
+        "--telemetry",
+        metavar="ENDPOINT",
+        help="--backend autopilot: this host's MAVLink link to the autopilot, as a ground station's "
+        "(tcp:HOST:PORT, udpin:HOST:PORT, serial:DEVICE:BAUD; docs/autopilot.md)",
+    )
+    p.add_argument(
+        "--fc",
+        metavar="ENDPOINT",
+        help="--sim-only --backend autopilot: the local bridge's link to the autopilot (its --fc)",
+    )
+    p.add_argument(
+        "--takeoff-m",
+        type=float,
+        metavar="ALT",
+        help="--backend autopilot: arm and take off to ALT metres through the bridge's vehicle commands, then "
+        "switch to GUIDED (ArduPilot) / OFFBOARD (PX4); without it the vehicle must already fly in that mode",
+    )
+    p.add_argument(
+        "--preflight-timeout-s", type=float, help="--backend autopilot: for the vehicle to arm, climb and switch mode"
+    )
     p.add_argument(
         "--device-arch",
         choices=("native", "aarch64"),
@@ -333,6 +365,7 @@ def check_args(args: RunArgs) -> RunSetup:
     if args.bridge_key is not None and args.sim_only:
         raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
     timing = _check_timing(args)
+    _check_autopilot(args)
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
@@ -347,6 +380,36 @@ def check_args(args: RunArgs) -> RunSetup:
     # with latency the simulated clock runs apart from the wall's: --rate-hz is its period, nothing paces the loop
     pace_hz = None if isinstance(timing, LatencyTiming) else args.rate_hz
     return RunSetup(cfg, profile, timing, deadline_s, pace_hz)
+
+
+def _check_autopilot(args: RunArgs) -> None:
+    """--backend autopilot's arguments, and none of them without it."""
+    if args.backend != "autopilot":
+        given = [flag for flag, value in (("--telemetry", args.telemetry), ("--fc", args.fc),
+                                          ("--takeoff-m", args.takeoff_m)) if value is not None]  # fmt: skip
+        if given:
+            raise UserError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --backend autopilot")
+        return
+    if args.telemetry is None:
+        raise UserError("--backend autopilot needs --telemetry ENDPOINT: this host's MAVLink link to the autopilot")
+    if args.sim_only and args.fc is None:
+        raise UserError("--sim-only --backend autopilot needs --fc ENDPOINT: the local bridge's link to the autopilot")
+    if args.host is not None and args.fc is not None:
+        raise UserError("--fc applies to --sim-only runs: a device's bridge has its own --fc")
+    if args.sim_only and args.device_arch != "native":
+        raise UserError("--backend autopilot runs the local bridge natively (--device-arch native)")
+    if args.timing != "lockstep" or args.rate_hz is not None:
+        raise UserError("--backend autopilot flies in the autopilot's clock: no --timing latency, no --rate-hz")
+    if args.takeoff_m is not None and not 0.5 <= args.takeoff_m <= 120:
+        raise UserError(f"--takeoff-m must be within 0.5..120 m, got {args.takeoff_m}")
+    if args.preflight_timeout_s <= 0:
+        raise UserError(f"--preflight-timeout-s must be positive, got {args.preflight_timeout_s}")
+    for flag, spec in (("--telemetry", args.telemetry), ("--fc", args.fc)):
+        if spec is not None:
+            try:
+                check_endpoint(spec)
+            except ValueError as e:
+                raise UserError(f"{flag}: {e}") from None
 
 
 def _check_timing(args: RunArgs) -> Timing:
@@ -431,7 +494,8 @@ class Device:
         a = self.args
         if a.sim_only:
             threads = a.threads or self.profile.threads
-            self.process = BridgeProcess(["--threads", str(threads), "--actuator", "mock"])
+            actuator = ["--actuator", "mavlink", "--fc", a.fc] if a.fc else ["--actuator", "mock"]
+            self.process = BridgeProcess(["--threads", str(threads), *actuator])
             if a.device_arch == "aarch64":
                 from device_emulation.arm import (
                     emulated_bridge_command,  # prepares (or reuses) the arm64 root filesystem
@@ -494,7 +558,11 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
         command=command,
         date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         args=asdict(args),
-        mode="sim-only (local bridge process, mock flight controller)"
+        mode=(
+            f"sim-only (local bridge process, MAVLink to the autopilot at {args.fc})"
+            if args.fc
+            else "sim-only (local bridge process, mock flight controller)"
+        )
         if args.sim_only
         else f"device {args.host}:{args.port}",
         profile=asdict(setup.profile) | {"emulated": setup.profile.emulated()} if args.sim_only else None,
@@ -554,7 +622,7 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
                     timing=None if isinstance(flight.timing, Lockstep) else flight.timing.describe(),
                 )
             )
-            report = report.with_policies(results)
+            report = replace(report.with_policies(results), vehicle=flights.vehicle())
             # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
             # report.json, which may be missing (killed before writing it) or another run's.
             log.append(
@@ -587,6 +655,8 @@ def _make_env(args: RunArgs, cfg: NavConfig) -> gym.Env:
                 "lockstep": args.airsim_lockstep,
             }
             if args.backend == "airsim"
+            else {"telemetry": args.telemetry}
+            if args.backend == "autopilot"
             else {}
         )
         return make_env(cfg, args.backend, render_mode="rgb_array", **options)
@@ -696,11 +766,22 @@ class Flights:
         self.args, self.setup, self.log, self.progress = args, setup, log, progress
         self._env: gym.Env | None = None
         self._warned: set[str] = set()  # a warning is noted once per run, however many policies it concerns
+        self._preflights: list[dict[str, Any]] = []  # --backend autopilot: getting the vehicle ready, per policy
+        self._autopilot_status: dict[str, Any] | None = None  # the bridge's actuator map after the last policy
+
+    def vehicle(self) -> dict[str, Any] | None:
+        """--backend autopilot: which autopilot, firmware and frame flew, its clock's speed, what getting it ready
+        took (report.json's ``vehicle``); None on a simulator."""
+        if not isinstance(self._env, AutopilotNavEnv):
+            return None
+        return {**self._env.describe(), "preflight": self._preflights, "bridge_actuator": self._autopilot_status}
 
     def fly_policy(self, flight: PolicyFlight) -> Flown:
         """Start (or reach) the bridge, load the policy, fly its episodes, log each as it ends."""
         args, cfg, log, path, onnx = self.args, self.setup.cfg, self.log, flight.path, flight.onnx
-        if self._env is None:
+        # the autopilot's vehicle is reached through the bridge, which the env needs running first (ArduPilot SITL
+        # starts its firmware only when its first serial port has a client: the bridge)
+        if self._env is None and args.backend != "autopilot":
             self._env = _make_env(args, cfg)
         self.progress.policy_started(path, len(flight.episodes))
         with (device := Device(args, self.setup.profile)) as client:
@@ -746,9 +827,19 @@ class Flights:
                     client.endpoint,
                     f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}",
                 )
+            deadline_s = self.setup.deadline_s
+            if self._env is None:
+                self._env = _make_env(args, cfg)
+            if isinstance(self._env, AutopilotNavEnv):
+                preflight = prepare_vehicle(
+                    client, self._env, args.takeoff_m, args.preflight_timeout_s, lambda text: self.progress.note(text)
+                )
+                self._preflights.append(preflight.to_json())
+                # the deadline is a share of the autopilot's control period: a SITL running faster shortens it
+                deadline_s /= self._env.telemetry.speedup() or 1.0
             link = ControlLink(
                 client,
-                self.setup.deadline_s,
+                deadline_s,
                 PolicyUpload(onnx, Path(path).name),
                 supervisor=device.supervisor(),
                 on_event=log_event,
@@ -777,9 +868,11 @@ class Flights:
                 on_episode=on_episode,
                 env=self._env,
                 link=link,
-                deadline_s=self.setup.deadline_s,
+                deadline_s=deadline_s,
                 timing=flight.timing,
             )
+            if isinstance(self._env, AutopilotNavEnv):
+                self._autopilot_status = client.status().get("actuator")
         self.progress.policy_ended()
         device_info = {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
         return Flown(rec, load, device_info, warning)
@@ -808,7 +901,18 @@ def _timing_line(report: dict) -> str:
             else (f"{args['rate_hz']} Hz" if args.get("rate_hz") else "the level's control period")
         )
         return f"latency timing: each action lands {args.get('latency')} late, period {period}"
+    vehicle = report.get("vehicle")
+    if vehicle:
+        return (
+            f"flown by {vehicle['autopilot']} {vehicle['firmware']} ({vehicle['frame']}) in its own clock "
+            f"(x{vehicle['speedup']} wall time)"
+        )
     return "lockstep, " + (f"paced at {args['rate_hz']} Hz" if args["rate_hz"] else "free-running")
+
+
+def _world(report: dict) -> str:
+    backend = report.get("backend", "embedded")
+    return "an autopilot's vehicle in a virtual arena" if backend == "autopilot" else f"{backend} simulator"
 
 
 def _header(report: dict) -> str:
@@ -818,7 +922,7 @@ def _header(report: dict) -> str:
     )
     return (
         f"{where}\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
-        f"{d.get('onnxruntime_version')}; {report.get('backend', 'embedded')} simulator, level {report['level']}, "
+        f"{d.get('onnxruntime_version')}; {_world(report)}, level {report['level']}, "
         f"{report['args']['episodes']} "
         f"episodes from seed {report['args']['seed']}, "
         + _timing_line(report)
@@ -905,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(error_line(e), file=sys.stderr)
         return EXIT_USAGE
-    except (BridgeError, BridgeStartError) as e:
+    except (BridgeError, BridgeStartError, AutopilotLinkError, VehicleNotReady) as e:
         print(error_line(e), file=sys.stderr)
         if episodes_logged():
             print(resume_hint, file=sys.stderr)

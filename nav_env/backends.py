@@ -1,4 +1,5 @@
-"""Simulator backends behind one factory: the embedded simulator (default), MuJoCo rigid-body flight, or AirSim."""
+"""Simulator backends behind one factory: the embedded simulator (default), MuJoCo rigid-body flight, AirSim, or a
+real autopilot's vehicle (ArduPilot / PX4 over MAVLink, flown by the bridge; nav_env.autopilot)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from typing import Any
 from nav_env.config import NavConfig
 from nav_env.simulators import SIM_BACKENDS
 
-BACKENDS = ("embedded", "mujoco", "airsim")
+BACKENDS = ("embedded", "mujoco", "airsim", "autopilot")
 __all__ = ["BACKENDS", "SIM_BACKENDS", "make_env"]
 
 
 def make_env(cfg: NavConfig, backend: str = "embedded", render_mode: str | None = None, **backend_options: Any):
     """A single env for ``cfg`` on ``backend``; ``backend_options`` go to the backend (``dynamics`` for
-    ``mujoco``; the AirSim host and port). Every backend gives the same observation, actions and episode logic."""
+    ``mujoco``; the AirSim host and port; ``telemetry`` for ``autopilot``). Every backend gives the same observation,
+    actions and episode logic."""
     if backend in SIM_BACKENDS:
         unknown = sorted(set(backend_options) - ({"dynamics"} if backend == "mujoco" else set()))
         if unknown:
@@ -27,4 +29,8 @@ def make_env(cfg: NavConfig, backend: str = "embedded", render_mode: str | None 
         except ImportError as e:
             raise RuntimeError(f"the AirSim backend is not available: {e}") from None
         return AirSimNavEnv(config=cfg, render_mode=render_mode, **backend_options)
+    if backend == "autopilot":
+        from nav_env.autopilot import AutopilotNavEnv
+
+        return AutopilotNavEnv(config=cfg, render_mode=render_mode, **backend_options)
     raise ValueError(f"unknown simulator backend {backend!r} (known: {', '.join(BACKENDS)})")

@@ -1,0 +1,421 @@
+"""``AutopilotNavEnv``: the nav_env task flown by a real autopilot (ArduPilot or PX4: a SITL build or a vehicle).
+
+The env is a ground station. It never commands the vehicle: the bridge on the companion computer does, over its
+own link (``firmware_bridge.serve --actuator mavlink``), with the action the env's caller got from the bridge. The
+env opens a second MAVLink link (``telemetry``) as a ground station does, sends a GCS heartbeat, asks for
+LOCAL_POSITION_NED and ATTITUDE at ``telemetry_hz`` (MAV_CMD_SET_MESSAGE_INTERVAL) and reads the vehicle's pose
+from them. ``step()`` waits one control period (``vehicle.dt``) of the autopilot's clock (the messages'
+``time_boot_ms``, so a SITL run with ``--speedup`` keeps the task's timing) and reads where the vehicle went.
+
+Episodes: ``reset(seed=s)`` draws the level's episode exactly as the embedded simulator does for the same seed
+(start, yaw, goal, obstacles), waits until the vehicle stands still (speed below ``settle_speed_mps``), and places
+the episode on it: the arena is moved and turned so that the vehicle is at the episode's start with the episode's
+heading. Obstacles, walls, floor and ceiling are virtual: the depth image is the embedded simulator's camera
+ray-cast at the vehicle's position and heading, a collision is the vehicle's position touching one of them
+(``BatchSim.collided``), and success, reward and time-out are ``BatchSim.score``'s. The autopilot's vehicle
+flies on in its own (empty) world. An episode's floor is ``arena.altitude`` below the start: take off higher.
+
+Spaces, ``info`` and rewards are the embedded simulator's. The link's facts (autopilot, firmware, frame, the
+autopilot clock's speed against the wall clock) are in :meth:`describe`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from nav_env.arena import sample_episode
+from nav_env.common import ZoneCurriculum, action_space, choose_zone, observation_space, resolve_config
+from nav_env.config import NavConfig
+from nav_env.sim import BatchSim
+
+ENDPOINT_RE = re.compile(r"^(?:(?:udpin|udpout|udp|tcp|tcpin):[^:\s]+:\d+|serial:\S+:\d+)$")
+FLIP = np.array([1.0, -1.0, -1.0])  # NED (north, east, down) -> a right-handed frame with z up
+AUTOPILOT_NAMES = {3: "ardupilot", 12: "px4"}  # MAV_AUTOPILOT_ARDUPILOTMEGA, MAV_AUTOPILOT_PX4
+GCS_COMPONENT = 190  # MAV_COMP_ID_MISSIONPLANNER
+REQUEST_AGAIN_S = 5.0  # message intervals are asked again while they do not arrive at the asked rate
+# the parameters that say which frame an autopilot flies
+FRAME_PARAMS = {"ardupilot": ("FRAME_CLASS", "FRAME_TYPE"), "px4": ("SYS_AUTOSTART", "CA_AIRFRAME")}
+
+
+class AutopilotLinkError(RuntimeError):
+    """The autopilot's telemetry did not arrive (the one-line message says what was missing, and where)."""
+
+
+@dataclass
+class PoseSample:
+    time_ms: int  # the autopilot's time_boot_ms
+    position_ned: np.ndarray  # m, from the EKF's origin
+    velocity_ned: np.ndarray  # m/s
+
+
+@dataclass
+class AttitudeSample:
+    time_ms: int
+    yaw_ned: float  # rad, clockwise from north
+    yaw_rate_ned: float  # rad/s, clockwise seen from above
+
+
+@dataclass
+class VehicleFacts:
+    """What the ground station learnt about the vehicle (all None until heard)."""
+
+    autopilot: str | None = None
+    mav_type: str | None = None  # e.g. QUADROTOR
+    mode: str | None = None
+    armed: bool = False
+    firmware: str | None = None
+    firmware_git: str | None = None
+    frame_params: dict[str, float] = field(default_factory=dict)
+    last_heartbeat_s: float | None = None
+
+
+def check_endpoint(spec: str) -> str:
+    if not isinstance(spec, str) or not ENDPOINT_RE.match(spec):
+        raise ValueError(
+            f"telemetry endpoint must be tcp:HOST:PORT, udpin:HOST:PORT, udpout:HOST:PORT or serial:DEVICE:BAUD, "
+            f"got {spec!r}"
+        )
+    return spec
+
+
+class Telemetry:
+    """A ground station's MAVLink link: heartbeats out, pose and vehicle facts in (a reader thread)."""
+
+    def __init__(self, endpoint: str, telemetry_hz: float = 50.0) -> None:
+        try:
+            from pymavlink import mavutil
+        except ImportError as e:
+            raise ImportError(f"the autopilot backend needs pymavlink: pip install 'airq[mavlink]' ({e})") from None
+        self.mavutil = mavutil
+        self.mav = mavutil.mavlink
+        self.endpoint = check_endpoint(endpoint)
+        if not 1.0 <= telemetry_hz <= 200.0:
+            raise ValueError(f"telemetry_hz must be within 1..200, got {telemetry_hz}")
+        self.telemetry_hz = float(telemetry_hz)
+        device, baud = endpoint, None
+        if endpoint.startswith("serial:"):
+            device, _, rate = endpoint[len("serial:") :].rpartition(":")
+            baud = int(rate)
+        kwargs: dict[str, Any] = {"source_system": 255, "source_component": GCS_COMPONENT, "autoreconnect": True}
+        if baud is not None:
+            kwargs["baud"] = baud
+        self.link = mavutil.mavlink_connection(device, **kwargs)
+        self.facts = VehicleFacts()
+        self.pose: PoseSample | None = None
+        self.attitude: AttitudeSample | None = None
+        self.pose_clock: deque[tuple[float, int]] = deque(maxlen=256)  # (wall monotonic, time_boot_ms)
+        self.new_pose = threading.Condition()
+        self._params: dict[str, float] = {}
+        self._target: tuple[int, int] | None = None
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="airq-telemetry", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the reader
+    def _run(self) -> None:
+        next_heartbeat = next_request = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_heartbeat:
+                self._send(lambda m: m.heartbeat_send(self.mav.MAV_TYPE_GCS, self.mav.MAV_AUTOPILOT_INVALID, 0, 0, 0))
+                next_heartbeat = now + 1.0
+            if self._target is not None and now >= next_request:
+                if not self._streaming():
+                    self._request_streams()
+                next_request = now + REQUEST_AGAIN_S
+            try:
+                msg = self.link.recv_match(blocking=True, timeout=0.05)
+            except (OSError, ValueError):  # a broken link: the missing telemetry says so
+                msg = None
+                time.sleep(0.05)
+            if msg is not None:
+                self._on_message(msg, time.monotonic())
+
+    def _streaming(self) -> bool:
+        clock = list(self.pose_clock)
+        if len(clock) < 10 or time.monotonic() - clock[-1][0] > 1.0:
+            return False
+        span_ms = clock[-1][1] - clock[0][1]
+        return span_ms > 0 and (len(clock) - 1) / (span_ms / 1000.0) >= 0.7 * self.telemetry_hz
+
+    def _request_streams(self) -> None:
+        interval_us = 1e6 / self.telemetry_hz
+        for msg_id in (self.mav.MAVLINK_MSG_ID_LOCAL_POSITION_NED, self.mav.MAVLINK_MSG_ID_ATTITUDE):
+            self._command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, msg_id, interval_us)
+        if self.facts.firmware is None:
+            self._command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
+
+    def _on_message(self, msg: Any, now: float) -> None:
+        kind = msg.get_type()
+        if kind == "LOCAL_POSITION_NED":
+            sample = PoseSample(
+                int(msg.time_boot_ms), np.array([msg.x, msg.y, msg.z], float), np.array([msg.vx, msg.vy, msg.vz], float)
+            )
+            with self.new_pose:
+                if self.pose_clock and sample.time_ms < self.pose_clock[-1][1]:
+                    self.pose_clock.clear()  # the autopilot rebooted: its clock started again
+                self.pose = sample
+                self.pose_clock.append((now, sample.time_ms))
+                self.new_pose.notify_all()
+        elif kind == "ATTITUDE":
+            self.attitude = AttitudeSample(int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed))
+        elif kind == "HEARTBEAT":
+            autopilot = AUTOPILOT_NAMES.get(msg.autopilot)
+            if autopilot is None or msg.type in (self.mav.MAV_TYPE_GCS, self.mav.MAV_TYPE_ONBOARD_CONTROLLER):
+                return  # a ground station or a companion computer, not the vehicle
+            f = self.facts
+            f.autopilot, f.mode = autopilot, self.mavutil.mode_string_v10(msg)
+            f.armed = bool(msg.base_mode & self.mav.MAV_MODE_FLAG_SAFETY_ARMED)
+            entry = self.mav.enums["MAV_TYPE"].get(msg.type)
+            f.mav_type = entry.name.removeprefix("MAV_TYPE_") if entry is not None else str(msg.type)
+            f.last_heartbeat_s = now
+            if self._target is None:
+                self._target = (msg.get_srcSystem(), msg.get_srcComponent())
+                self.link.target_system, self.link.target_component = self._target
+                self._request_streams()
+                for name in FRAME_PARAMS[autopilot]:
+                    self._send(lambda m, n=name: m.param_request_read_send(*self._target, n.encode(), -1))
+        elif kind == "AUTOPILOT_VERSION":
+            v = int(msg.flight_sw_version)
+            self.facts.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
+            git = bytes(msg.flight_custom_version)
+            self.facts.firmware_git = (
+                git.hex() if self.facts.autopilot == "px4" else git.rstrip(b"\0").decode("ascii", "replace")
+            )
+        elif kind == "PARAM_VALUE":
+            name = msg.param_id if isinstance(msg.param_id, str) else msg.param_id.decode()
+            if self.facts.autopilot and name in FRAME_PARAMS[self.facts.autopilot]:
+                self.facts.frame_params[name] = float(msg.param_value)
+
+    def _send(self, write: Any) -> None:
+        with self._send_lock:
+            try:
+                write(self.link.mav)
+            except OSError:
+                pass
+
+    def _command(self, command: int, *params: float) -> None:
+        p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
+        target = self._target or (1, 1)
+        self._send(lambda m: m.command_long_send(target[0], target[1], command, 0, *p))
+
+    # ------------------------------------------------------------------ what callers read
+    def wait_streaming(self, timeout_s: float) -> None:
+        """Until pose and attitude arrive at the asked rate; AutopilotLinkError after ``timeout_s``."""
+        end = time.monotonic() + timeout_s
+        while not (self._streaming() and self.attitude is not None):
+            if time.monotonic() > end:
+                heard = "no heartbeat" if self.facts.last_heartbeat_s is None else f"{self.facts.autopilot}'s heartbeat"
+                raise AutopilotLinkError(
+                    f"no LOCAL_POSITION_NED and ATTITUDE at {self.telemetry_hz:g} Hz on {self.endpoint} within "
+                    f"{timeout_s:g} s ({heard}; a vehicle needs a position estimate: GPS, or an EKF origin)"
+                )
+            time.sleep(0.05)
+
+    def wait_pose_after(self, time_ms: int, timeout_s: float) -> PoseSample:
+        """The first pose at or after the autopilot time ``time_ms``; AutopilotLinkError if none comes in
+        ``timeout_s`` of wall time."""
+        with self.new_pose:
+            ok = self.new_pose.wait_for(lambda: self.pose is not None and self.pose.time_ms >= time_ms, timeout_s)
+            if not ok:
+                raise AutopilotLinkError(f"no LOCAL_POSITION_NED from the autopilot on {self.endpoint} for "
+                                         f"{timeout_s:g} s: its telemetry link is lost")  # fmt: skip
+            assert self.pose is not None
+            return self.pose
+
+    def speedup(self) -> float | None:
+        """The autopilot's clock against the wall clock over the recent poses (1.0 for a real vehicle; a SITL's
+        --speedup), or None before there are enough of them."""
+        clock = list(self.pose_clock)
+        if len(clock) < 10 or clock[-1][0] - clock[0][0] < 0.2:
+            return None
+        return (clock[-1][1] - clock[0][1]) / 1000.0 / (clock[-1][0] - clock[0][0])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self.link.close()
+
+
+def rot_z(angle: float) -> np.ndarray:
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+class AutopilotNavEnv(gym.Env):
+    """The nav_env task on an autopilot's vehicle; see the module docstring for the contract.
+
+    ``telemetry``: the ground station's MAVLink endpoint (``tcp:127.0.0.1:5762`` for ArduCopter SITL's second
+    serial port, ``udpin:0.0.0.0:14550`` for PX4's ground-station stream, ``serial:/dev/ttyUSB0:57600`` for a
+    telemetry radio). ``settle_speed_mps``: a reset waits until the vehicle is slower than this (and turns slower
+    than 0.1 rad/s) for half a second of the autopilot's time, at most ``settle_timeout_s`` of wall time.
+    ``link_timeout_s``: wall time without telemetry before a step raises AutopilotLinkError.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(
+        self,
+        level: str = "default",
+        render_mode: str | None = None,
+        config: NavConfig | None = None,
+        overrides: dict[str, Any] | None = None,
+        *,
+        telemetry: str,
+        telemetry_hz: float = 50.0,
+        settle_speed_mps: float = 0.3,
+        settle_timeout_s: float = 30.0,
+        link_timeout_s: float = 3.0,
+        connect_timeout_s: float = 120.0,
+    ):
+        self.cfg = resolve_config(level, config, overrides)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
+        self.render_mode = render_mode
+        self.observation_space = observation_space(self.cfg)
+        self.action_space = action_space(self.cfg)
+        self.curriculum = ZoneCurriculum.from_config(self.cfg)
+        self.settle_speed_mps, self.settle_timeout_s = float(settle_speed_mps), float(settle_timeout_s)
+        self.link_timeout_s = float(link_timeout_s)
+        self.sim = BatchSim(self.cfg, 1)  # the virtual world: obstacles, camera, collisions, scoring
+        self.telemetry = Telemetry(telemetry, telemetry_hz)
+        try:
+            self.telemetry.wait_streaming(connect_timeout_s)
+        except BaseException:
+            self.telemetry.close()
+            raise
+        self.episode = None
+        self.trajectory: list[np.ndarray] = []
+        self.settle_s: list[float] = []  # wall seconds each reset waited for the vehicle to stand still
+        self._origin_ned = np.zeros(3)
+        self._turn = rot_z(0.0)
+        self._yaw_offset = 0.0
+        self._time_ms = 0
+        self._done = True
+
+    # ------------------------------------------------------------------ frames
+    def _place(self, pose: PoseSample, att: AttitudeSample) -> None:
+        """Write the vehicle's state, in the episode's arena frame, into the bookkeeping sim."""
+        s = self.sim
+        s.pos[0] = self.episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
+        s.vel[0] = self._turn @ (FLIP * pose.velocity_ned)
+        s.yaw[0] = math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi)
+        s.yaw_rate[0] = -att.yaw_rate_ned
+
+    def _wait_still(self) -> tuple[PoseSample, AttitudeSample]:
+        t = self.telemetry
+        wall_start = time.monotonic()
+        still_since: int | None = None
+        while True:
+            pose = t.wait_pose_after((t.pose.time_ms + 1) if t.pose else 0, self.link_timeout_s)
+            att = t.attitude
+            assert att is not None
+            speed = float(np.linalg.norm(pose.velocity_ned))
+            if speed < self.settle_speed_mps and abs(att.yaw_rate_ned) < 0.1:
+                still_since = pose.time_ms if still_since is None else still_since
+                if pose.time_ms - still_since >= 500:
+                    self.settle_s.append(time.monotonic() - wall_start)
+                    return pose, att
+            else:
+                still_since = None
+            if time.monotonic() - wall_start > self.settle_timeout_s:
+                raise AutopilotLinkError(
+                    f"the vehicle still moves at {speed:.2f} m/s ({att.yaw_rate_ned:.2f} rad/s) {self.settle_timeout_s:g} s "
+                    f"after the episode ended: is the bridge holding it (mode {t.facts.mode})?"
+                )
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if "episode" in options:
+            episode = options["episode"]
+        else:
+            zone = choose_zone(options, self.cfg, self.curriculum)
+            episode = sample_episode(self.np_random, self.cfg, zone)
+        self._done = True
+        pose, att = self._wait_still()
+        self.episode = episode
+        self.sim.load([0], [episode])
+        self._origin_ned = pose.position_ned.copy()
+        # the arena turned so that the vehicle's heading is the episode's (arena yaw = -NED yaw + offset)
+        self._yaw_offset = float(episode.yaw) + att.yaw_ned
+        self._turn = rot_z(self._yaw_offset)
+        self._place(pose, att)
+        self._time_ms = pose.time_ms
+        self.trajectory = [self.sim.pos[0].copy()]
+        self._done = False
+        return self.sim.observe()[0], self.sim.info(0, False, False)
+
+    def step(self, action):
+        """Wait one control period of the autopilot's clock (the bridge flies ``action``) and score the pose."""
+        if self._done:
+            raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
+        dt_ms = self.cfg.vehicle.dt * 1000.0
+        # a sample within a millisecond of the period's end is that end (time_boot_ms counts whole milliseconds)
+        pose = self.telemetry.wait_pose_after(int(round(self._time_ms + dt_ms)) - 1, self.link_timeout_s)
+        att = self.telemetry.attitude
+        assert att is not None
+        s = self.sim
+        before = s.pos[0].copy()
+        period_s = (pose.time_ms - self._time_ms) / 1000.0
+        self._place(pose, att)
+        moved = s.pos[0] - before
+        s.pos[0] = before
+        s.track(moved[None], period_s)
+        if s.has_moving:
+            s._move_obstacles(np.float32(period_s))
+        self._time_ms = pose.time_ms
+        reward, terminated, truncated, collision, success = s.score(s.collided(), period_s / self.cfg.vehicle.dt)
+        self.trajectory.append(s.pos[0].copy())
+        self._done = bool(terminated[0] or truncated[0])
+        if self._done and self.cfg.curriculum.enabled:
+            self.curriculum.record(self.episode.zone, bool(success[0]))
+        return (
+            s.observe()[0],
+            float(reward[0]),
+            bool(terminated[0]),
+            bool(truncated[0]),
+            s.info(0, bool(collision[0]), bool(success[0])),
+        )
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self.episode is None:
+            raise RuntimeError("render() called before reset()")
+        from nav_env.render import render_frame
+
+        return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
+
+    def describe(self) -> dict[str, Any]:
+        """Which autopilot, firmware and frame flew, over which link, and how fast its clock ran."""
+        f, t = self.telemetry.facts, self.telemetry
+        speedup = t.speedup()
+        return {
+            "autopilot": f.autopilot,
+            "firmware": f.firmware,
+            "firmware_git": f.firmware_git,
+            "frame": f.mav_type,
+            "frame_params": dict(f.frame_params),
+            "telemetry": t.endpoint,
+            "telemetry_hz": t.telemetry_hz,
+            "speedup": None if speedup is None else round(speedup, 3),
+            "settle_s_mean": round(float(np.mean(self.settle_s)), 3) if self.settle_s else None,
+        }
+
+    def close(self):
+        t = getattr(self, "telemetry", None)
+        if t is not None:
+            t.close()
+            self.telemetry = None
