@@ -300,7 +300,8 @@ class AutopilotNavEnv(gym.Env):
         self._origin_ned = np.zeros(3)
         self._turn = rot_z(0.0)
         self._yaw_offset = 0.0
-        self._time_ms = 0
+        self.time_ms = 0  # the autopilot's time_boot_ms of the current observation
+        self._period_end_ms = 0.0  # when the current control period ends, in the autopilot's time
         self._done = True
 
     # ------------------------------------------------------------------ frames
@@ -352,7 +353,8 @@ class AutopilotNavEnv(gym.Env):
         self._yaw_offset = float(episode.yaw) + att.yaw_ned
         self._turn = rot_z(self._yaw_offset)
         self._place(pose, att)
-        self._time_ms = pose.time_ms
+        self.time_ms = pose.time_ms
+        self._period_end_ms = pose.time_ms + self.cfg.vehicle.dt * 1000.0
         self.trajectory = [self.sim.pos[0].copy()]
         self._done = False
         return self.sim.observe()[0], self.sim.info(0, False, False)
@@ -362,20 +364,26 @@ class AutopilotNavEnv(gym.Env):
         if self._done:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         dt_ms = self.cfg.vehicle.dt * 1000.0
-        # a sample within a millisecond of the period's end is that end (time_boot_ms counts whole milliseconds)
-        pose = self.telemetry.wait_pose_after(int(round(self._time_ms + dt_ms)) - 1, self.link_timeout_s)
+        # Periods end on a grid from the episode's start, so the telemetry's spacing (a pose may come up to one
+        # telemetry period after a period's end) does not add up over the episode; a host that fell behind by
+        # more than a period starts a new grid instead of catching up. A pose within a millisecond of the end is
+        # that end (time_boot_ms counts whole milliseconds).
+        pose = self.telemetry.wait_pose_after(int(round(self._period_end_ms)) - 1, self.link_timeout_s)
+        self._period_end_ms += dt_ms
+        if pose.time_ms > self._period_end_ms:
+            self._period_end_ms = pose.time_ms + dt_ms
         att = self.telemetry.attitude
         assert att is not None
         s = self.sim
         before = s.pos[0].copy()
-        period_s = (pose.time_ms - self._time_ms) / 1000.0
+        period_s = (pose.time_ms - self.time_ms) / 1000.0
         self._place(pose, att)
         moved = s.pos[0] - before
         s.pos[0] = before
         s.track(moved[None], period_s)
         if s.has_moving:
             s._move_obstacles(np.float32(period_s))
-        self._time_ms = pose.time_ms
+        self.time_ms = pose.time_ms
         reward, terminated, truncated, collision, success = s.score(s.collided(), period_s / self.cfg.vehicle.dt)
         self.trajectory.append(s.pos[0].copy())
         self._done = bool(terminated[0] or truncated[0])

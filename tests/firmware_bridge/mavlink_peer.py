@@ -11,10 +11,17 @@ Behaviour (ArduPilot: ArduCopter's GCS_MAVLink and mode docs; PX4: its offboard 
   command gets a COMMAND_ACK.
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
   enums is a protocol error the test sees (``errors``).
+
+With ``gcs_port`` the peer is also a vehicle a ground station watches (for hil.run --backend autopilot): a point
+whose velocity follows the last body-frame setpoint (first-order lag ``TAU_S``) while armed in GUIDED / OFFBOARD and
+the setpoint is under 3 s old (ArduCopter's GUIDED timeout), climbs at 1 m/s to a take-off's altitude, and stops in
+any other mode. A second link on ``gcs_port`` sends HEARTBEAT and, only at the intervals a ground station asked
+with MAV_CMD_SET_MESSAGE_INTERVAL, LOCAL_POSITION_NED and ATTITUDE stamped with the peer's boot clock.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +33,10 @@ MAV = mavutil.mavlink
 ARDUCOPTER_MODES = {"STABILIZE": 0, "GUIDED": 4, "LOITER": 5, "BRAKE": 17, "LAND": 9}
 PX4_MODES = {"POSCTL": (3, 0), "OFFBOARD": (6, 0), "LOITER": (4, 3), "TAKEOFF": (4, 2)}  # (main, sub)
 VERSION = (4, 7, 0)
+TAU_S = 0.2  # the peer vehicle's velocity lag
+SETPOINT_TIMEOUT_S = 3.0  # ArduCopter GUIDED: a velocity target older than this is dropped (the vehicle stops)
+PHYSICS_PERIOD_S = 0.005
+PARAMS = {"FRAME_CLASS": 1.0, "FRAME_TYPE": 1.0}  # ArduCopter: quad, X
 
 
 @dataclass
@@ -48,19 +59,106 @@ class PeerState:
     errors: list[str] = field(default_factory=list)
 
 
-class AutopilotPeer:
-    """Listens on ``udpin:127.0.0.1:PORT``; the actuator connects with ``udpout:127.0.0.1:PORT``."""
+@dataclass
+class PointVehicle:
+    """The peer's vehicle: NED position and velocity, yaw (rad, clockwise from north) and yaw rate."""
 
-    def __init__(self, autopilot: str, port: int) -> None:
+    position: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    velocity: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    yaw: float = 0.3
+    yaw_rate: float = 0.0
+    takeoff_altitude: float | None = None
+
+
+class AutopilotPeer:
+    """Listens on ``udpin:127.0.0.1:PORT``; the actuator connects with ``udpout:127.0.0.1:PORT``; with ``gcs_port``
+    a ground station connects with ``udpout:127.0.0.1:GCS_PORT``."""
+
+    def __init__(self, autopilot: str, port: int, gcs_port: int | None = None) -> None:
         self.autopilot = autopilot
         self.link = mavutil.mavlink_connection(f"udpin:127.0.0.1:{port}", source_system=1, source_component=1)
         self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "POSCTL")
+        self.vehicle = PointVehicle()
+        self.boot = time.monotonic()
         self.silent = threading.Event()
+        self.telemetry_silent = threading.Event()
+        self.intervals: dict[int, float] = {}  # message id -> seconds, as a ground station asked
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, daemon=True)]
+        self.gcs = None
+        if gcs_port is not None:
+            self.gcs = mavutil.mavlink_connection(f"udpin:127.0.0.1:{gcs_port}", source_system=1, source_component=1)
+            self._threads.append(threading.Thread(target=self._run_vehicle, daemon=True))
+        for thread in self._threads:
+            thread.start()
 
-    def _heartbeat(self) -> None:
+    def _time_boot_ms(self) -> int:
+        return int((time.monotonic() - self.boot) * 1000)
+
+    def _run_vehicle(self) -> None:
+        """The vehicle's physics, and the ground station's link."""
+        assert self.gcs is not None
+        last = time.monotonic()
+        next_beat = 0.0
+        next_send: dict[int, float] = {}
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._physics(now - last, now)
+            last = now
+            clients = getattr(self.gcs, "clients", None)
+            if clients and not self.telemetry_silent.is_set():
+                if now >= next_beat:
+                    self._heartbeat(self.gcs)
+                    next_beat = now + 0.1
+                for msg_id, period in list(self.intervals.items()):
+                    if now >= next_send.get(msg_id, 0.0):
+                        self._send_telemetry(msg_id)
+                        next_send[msg_id] = max(next_send.get(msg_id, now) + period, now - period)
+            msg = self.gcs.recv_match(blocking=True, timeout=PHYSICS_PERIOD_S)
+            if msg is not None and msg.get_type() == "COMMAND_LONG":
+                result = MAV.MAV_RESULT_UNSUPPORTED
+                if msg.command == MAV.MAV_CMD_SET_MESSAGE_INTERVAL:
+                    self.intervals[int(msg.param1)] = msg.param2 / 1e6
+                    result = MAV.MAV_RESULT_ACCEPTED
+                elif msg.command == MAV.MAV_CMD_REQUEST_MESSAGE:
+                    result = self._command(msg, now, self.gcs)
+                self.gcs.mav.command_ack_send(msg.command, result)
+            elif msg is not None and msg.get_type() == "PARAM_REQUEST_READ":
+                value = PARAMS.get(msg.param_id)
+                if value is not None:
+                    self.gcs.mav.param_value_send(msg.param_id.encode(), value, MAV.MAV_PARAM_TYPE_INT8, len(PARAMS), 0)
+
+    def _physics(self, dt: float, now: float) -> None:
+        v, s = self.vehicle, self.state
+        target, yaw_rate = [0.0, 0.0, 0.0], 0.0
+        fly_mode = "GUIDED" if self.autopilot == "ardupilot" else "OFFBOARD"
+        recent = s.setpoints[-1] if s.setpoints and now - s.setpoints[-1].t < SETPOINT_TIMEOUT_S else None
+        if not s.armed:
+            v.takeoff_altitude = None
+        elif v.takeoff_altitude is not None and -v.position[2] < v.takeoff_altitude - 0.05:
+            target = [0.0, 0.0, -1.0]
+        elif s.mode == fly_mode and recent is not None:
+            v.takeoff_altitude = None
+            fx, fy, fz = recent.velocity
+            c, sn = math.cos(v.yaw), math.sin(v.yaw)
+            target, yaw_rate = [c * fx - sn * fy, sn * fx + c * fy, fz], recent.yaw_rate
+        alpha = 1.0 - math.exp(-dt / TAU_S)
+        for k in range(3):
+            v.velocity[k] += alpha * (target[k] - v.velocity[k])
+            v.position[k] += v.velocity[k] * dt
+        if v.position[2] > 0.0:  # the ground
+            v.position[2], v.velocity[2] = 0.0, min(v.velocity[2], 0.0)
+        v.yaw_rate = yaw_rate
+        v.yaw = math.remainder(v.yaw + yaw_rate * dt, 2 * math.pi)
+
+    def _send_telemetry(self, msg_id: int) -> None:
+        v, t = self.vehicle, self._time_boot_ms()
+        if msg_id == MAV.MAVLINK_MSG_ID_LOCAL_POSITION_NED:
+            self.gcs.mav.local_position_ned_send(t, *v.position, *v.velocity)
+        elif msg_id == MAV.MAVLINK_MSG_ID_ATTITUDE:
+            self.gcs.mav.attitude_send(t, 0.0, 0.0, v.yaw, 0.0, 0.0, v.yaw_rate)
+
+    def _heartbeat(self, link: Any = None) -> None:
         s = self.state
         base = MAV.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED | (MAV.MAV_MODE_FLAG_SAFETY_ARMED if s.armed else 0)
         if self.autopilot == "ardupilot":
@@ -68,7 +166,7 @@ class AutopilotPeer:
         else:
             main, sub = PX4_MODES[s.mode]
             custom, autopilot = (main << 16) | (sub << 24), MAV.MAV_AUTOPILOT_PX4
-        self.link.mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, autopilot, base, custom, MAV.MAV_STATE_ACTIVE)
+        (link or self.link).mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, autopilot, base, custom, MAV.MAV_STATE_ACTIVE)
 
     def _run(self) -> None:
         next_beat = 0.0
@@ -103,7 +201,7 @@ class AutopilotPeer:
         elif kind == "COMMAND_LONG":
             self._ack(msg.command, self._command(msg, now))
 
-    def _command(self, msg: Any, now: float) -> int:
+    def _command(self, msg: Any, now: float, link: Any = None) -> int:
         s = self.state
         if msg.command not in MAV.enums["MAV_CMD"]:
             s.errors.append(f"command {msg.command} is not a MAV_CMD")
@@ -113,6 +211,8 @@ class AutopilotPeer:
             return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_NAV_TAKEOFF:
             ok = s.armed and (self.autopilot == "px4" or s.mode == "GUIDED")
+            if ok:
+                self.vehicle.takeoff_altitude = msg.param7
             return MAV.MAV_RESULT_ACCEPTED if ok else MAV.MAV_RESULT_FAILED
         if msg.command == MAV.MAV_CMD_DO_SET_MODE:
             if self.autopilot == "ardupilot":
@@ -130,7 +230,9 @@ class AutopilotPeer:
         if msg.command == MAV.MAV_CMD_REQUEST_MESSAGE and int(msg.param1) == MAV.MAVLINK_MSG_ID_AUTOPILOT_VERSION:
             major, minor, patch = VERSION
             version = (major << 24) | (minor << 16) | (patch << 8)
-            self.link.mav.autopilot_version_send(0, version, 0, 0, 0, [0] * 8, [0] * 8, [0] * 8, 0, 0, 0)
+            (link or self.link).mav.autopilot_version_send(
+                0, version, 0, 0, 0, list(b"peer0000"), [0] * 8, [0] * 8, 0, 0, 0
+            )
             return MAV.MAV_RESULT_ACCEPTED
         return MAV.MAV_RESULT_UNSUPPORTED
 
@@ -144,5 +246,8 @@ class AutopilotPeer:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=2)
+        for thread in self._threads:
+            thread.join(timeout=2)
         self.link.close()
+        if self.gcs is not None:
+            self.gcs.close()

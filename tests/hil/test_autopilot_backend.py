@@ -1,0 +1,145 @@
+"""hil.run --backend autopilot against an autopilot peer that is also a vehicle (tests/firmware_bridge/mavlink_peer.py):
+the host reads the pose as a ground station, places each seeded episode on the vehicle, waits in the autopilot's
+clock, takes off through the bridge's vehicle commands; a lost telemetry link is a one-line failure. The same
+flights against real ArduCopter and PX4 SITL builds: tests/firmware_bridge/test_mavlink_sitl.py."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pymavlink", reason="the autopilot backend needs the mavlink extra (make installs it)")
+
+from firmware_bridge.mavlink_actuator import MavlinkActuator  # noqa: E402
+from nav_env.arena import sample_episode  # noqa: E402
+from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv  # noqa: E402
+from nav_env.config import load_level  # noqa: E402
+from tests.firmware_bridge.mavlink_peer import AutopilotPeer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "models" / "policy1_int8.onnx"
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def peer():
+    port, gcs_port = free_udp_port(), free_udp_port()
+    p = AutopilotPeer("ardupilot", port, gcs_port=gcs_port)
+    p.port, p.gcs_port = port, gcs_port
+    yield p
+    p.close()
+    assert p.state.errors == []
+
+
+def test_the_episode_is_placed_on_the_vehicle_and_time_is_the_autopilots(peer):
+    """reset: the vehicle stands at the seeded episode's start with its heading; a forward setpoint moves it along
+    that heading in the arena, and a step lasts one control period of the autopilot's clock."""
+    cfg = load_level("easy")
+    env = AutopilotNavEnv(config=cfg, telemetry=f"udpout:127.0.0.1:{peer.gcs_port}", connect_timeout_s=10)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{peer.port}")
+    try:
+        assert set(peer.intervals) == {32, 30} and peer.intervals[32] == pytest.approx(0.02)  # asked at 50 Hz
+        actuator.wait_heartbeat(5)
+        actuator.set_mode("GUIDED")
+        actuator.arm()
+        obs, info = env.reset(seed=7)
+        expected = sample_episode(np.random.default_rng(7), cfg, None)  # NavEnv's draw for the same seed
+        assert env.sim.pos[0] == pytest.approx(expected.start, abs=0.02)
+        assert env.sim.yaw[0] == pytest.approx(expected.yaw, abs=0.01)
+        assert np.array_equal(env.sim.goal[0], expected.goal) and obs.shape == (cfg.obs_dim,)
+        start, t0 = env.sim.pos[0].copy(), env.time_ms
+        for _ in range(10):
+            actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+            env.step(0)
+        moved = env.sim.pos[0] - start
+        heading = np.array([math.cos(expected.yaw), math.sin(expected.yaw)])
+        assert float(moved[:2] @ heading) > 0.5 and abs(heading[0] * moved[1] - heading[1] * moved[0]) < 0.05
+        assert env.time_ms - t0 == pytest.approx(1000, abs=25)  # ten 0.1 s periods
+        assert env.sim.flight_time[0] == pytest.approx(1.0, abs=0.025)
+        assert env.describe()["speedup"] == pytest.approx(1.0, abs=0.1)
+    finally:
+        actuator.close()
+        env.close()
+
+
+def test_lost_telemetry_is_a_one_line_error(peer):
+    env = AutopilotNavEnv(level="easy", telemetry=f"udpout:127.0.0.1:{peer.gcs_port}", connect_timeout_s=10,
+                          link_timeout_s=0.5)  # fmt: skip
+    try:
+        env.reset(seed=0)
+        peer.telemetry_silent.set()
+        with pytest.raises(AutopilotLinkError, match="no LOCAL_POSITION_NED from the autopilot on udpout:.* for 0.5 s"):
+            env.step(0)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="telemetry endpoint must be tcp:HOST:PORT"):
+        AutopilotNavEnv(level="easy", telemetry="5762")
+
+
+def test_no_telemetry_names_what_is_missing():
+    with pytest.raises(
+        AutopilotLinkError, match="no LOCAL_POSITION_NED and ATTITUDE at 50 Hz on udpout:.*no heartbeat"
+    ):
+        AutopilotNavEnv(level="easy", telemetry=f"udpout:127.0.0.1:{free_udp_port()}", connect_timeout_s=0.5)
+
+
+def test_hil_run_takes_off_through_the_bridge_and_flies_the_episodes(peer, tmp_path):
+    """The whole path: hil.run starts a local bridge with --actuator mavlink, takes off with the bridge's vehicle
+    commands, flies seeded episodes on the vehicle (the bridge sends each act's setpoint, the host only watches),
+    and the report names the autopilot and its clock."""
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", "--backend", "autopilot",
+         "--level", "easy", "--fc", f"udpout:127.0.0.1:{peer.port}", "--telemetry", f"udpout:127.0.0.1:{peer.gcs_port}",
+         "--takeoff-m", "5", "--episodes", "2", "--max-steps", "120", "--out", str(out), "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "flown by ardupilot 4.7.0 (QUADROTOR) in its own clock" in done.stdout
+    report = json.loads((out / "report.json").read_text())
+    vehicle = report["vehicle"]
+    assert (vehicle["autopilot"], vehicle["firmware"], vehicle["frame"]) == ("ardupilot", "4.7.0", "QUADROTOR")
+    assert vehicle["firmware_git"] == "peer0000" and vehicle["frame_params"] == {"FRAME_CLASS": 1, "FRAME_TYPE": 1}
+    assert vehicle["speedup"] == pytest.approx(1.0, abs=0.1)
+    assert vehicle["preflight"][0]["took_off"] and vehicle["preflight"][0]["altitude_m"] >= 4.75
+    run = report["runs"][0]
+    assert [e["outcome"] for e in run["episodes"]].count("success") >= 1  # Policy I flies the peer's point vehicle
+    assert run["reliability"]["deadline_misses"] == 0 and run["reliability"]["vehicle_link_errors"] == 0
+    assert vehicle["bridge_actuator"]["setpoints_sent"] >= run["acts"]  # every act went to the autopilot
+    assert peer.state.mode == "GUIDED" and peer.state.armed
+    modes = [c for c, result in peer.state.commands if result == 0]
+    assert 400 in modes and 22 in modes  # COMPONENT_ARM_DISARM and NAV_TAKEOFF, accepted
+
+
+def test_hil_run_autopilot_arguments_are_checked():
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", *args],
+                              cwd=REPO, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+    cases = {
+        ("--backend", "autopilot"): "--backend autopilot needs --telemetry ENDPOINT",
+        ("--backend", "autopilot", "--telemetry", "tcp:127.0.0.1:5762"): "--sim-only --backend autopilot needs --fc",
+        ("--fc", "tcp:127.0.0.1:5760"): "--fc applies to --backend autopilot",
+        ("--backend", "autopilot", "--telemetry", "5762", "--fc", "tcp:a:1"): "--telemetry: telemetry endpoint must be",
+        ("--backend", "autopilot", "--telemetry", "tcp:a:1", "--fc", "tcp:a:1", "--timing", "latency"):
+            "flies in the autopilot's clock",
+    }  # fmt: skip
+    for args, message in cases.items():
+        done = run(*args)
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
+            args,
+            done.stderr,
+        )
