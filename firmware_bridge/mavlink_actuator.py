@@ -132,6 +132,8 @@ class MavlinkActuator(Actuator):
         self.setpoints_sent = 0
         self.holds = 0
         self.last_setpoint: tuple[float, float, float, float] | None = None
+        self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
+        self.last_hold_ns: int | None = None  # ... and of the last hold
         self._we_hold = False  # the bridge put the vehicle in its hold mode (and may take it back)
         self._version_requested = False
         self._send_lock = threading.Lock()
@@ -328,6 +330,7 @@ class MavlinkActuator(Actuator):
         self.last_setpoint = (vx, vy, vz, yaw_rate)
 
     def command(self, setpoint: Sequence[float], t_ns: int) -> None:
+        self.last_command_ns = t_ns
         autopilot = self.state.autopilot
         if self._we_hold and autopilot is not None and self.state.mode == HOLD_MODE[autopilot]:
             self._send(lambda mav: self.link.set_mode(FLY_MODE[autopilot]))
@@ -336,6 +339,7 @@ class MavlinkActuator(Actuator):
 
     def hold(self, t_ns: int) -> None:
         self.holds += 1
+        self.last_hold_ns = t_ns
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
         autopilot = self.state.autopilot
         if autopilot is not None and self.state.mode == FLY_MODE[autopilot]:
@@ -356,6 +360,8 @@ class MavlinkActuator(Actuator):
             else round(self.clock() - self.state.last_heartbeat_s, 3),
             "setpoints_sent": self.setpoints_sent,
             "holds": self.holds,
+            "last_command_ns": self.last_command_ns,
+            "last_hold_ns": self.last_hold_ns,
             "statustext": list(self.statustext),
         }
 

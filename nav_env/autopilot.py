@@ -112,7 +112,8 @@ class Telemetry:
         self.facts = VehicleFacts()
         self.pose: PoseSample | None = None
         self.attitude: AttitudeSample | None = None
-        self.pose_clock: deque[tuple[float, int]] = deque(maxlen=256)  # (wall monotonic, time_boot_ms)
+        # the last ten seconds of poses at 50 Hz, with the wall time (time.monotonic) each arrived
+        self.poses: deque[tuple[float, PoseSample]] = deque(maxlen=512)
         self.new_pose = threading.Condition()
         self._params: dict[str, float] = {}
         self._target: tuple[int, int] | None = None
@@ -142,11 +143,11 @@ class Telemetry:
                 self._on_message(msg, time.monotonic())
 
     def _streaming(self) -> bool:
-        clock = list(self.pose_clock)
-        if len(clock) < 10 or time.monotonic() - clock[-1][0] > 1.0:
+        poses = list(self.poses)[-50:]
+        if len(poses) < 10 or time.monotonic() - poses[-1][0] > 1.0:
             return False
-        span_ms = clock[-1][1] - clock[0][1]
-        return span_ms > 0 and (len(clock) - 1) / (span_ms / 1000.0) >= 0.7 * self.telemetry_hz
+        span_ms = poses[-1][1].time_ms - poses[0][1].time_ms
+        return span_ms > 0 and (len(poses) - 1) / (span_ms / 1000.0) >= 0.7 * self.telemetry_hz
 
     def _request_streams(self) -> None:
         interval_us = 1e6 / self.telemetry_hz
@@ -162,10 +163,10 @@ class Telemetry:
                 int(msg.time_boot_ms), np.array([msg.x, msg.y, msg.z], float), np.array([msg.vx, msg.vy, msg.vz], float)
             )
             with self.new_pose:
-                if self.pose_clock and sample.time_ms < self.pose_clock[-1][1]:
-                    self.pose_clock.clear()  # the autopilot rebooted: its clock started again
+                if self.poses and sample.time_ms < self.poses[-1][1].time_ms:
+                    self.poses.clear()  # the autopilot rebooted: its clock started again
                 self.pose = sample
-                self.pose_clock.append((now, sample.time_ms))
+                self.poses.append((now, sample))
                 self.new_pose.notify_all()
         elif kind == "ATTITUDE":
             self.attitude = AttitudeSample(int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed))
@@ -236,10 +237,10 @@ class Telemetry:
     def speedup(self) -> float | None:
         """The autopilot's clock against the wall clock over the recent poses (1.0 for a real vehicle; a SITL's
         --speedup), or None before there are enough of them."""
-        clock = list(self.pose_clock)
-        if len(clock) < 10 or clock[-1][0] - clock[0][0] < 0.2:
+        poses = list(self.poses)
+        if len(poses) < 10 or poses[-1][0] - poses[0][0] < 0.2:
             return None
-        return (clock[-1][1] - clock[0][1]) / 1000.0 / (clock[-1][0] - clock[0][0])
+        return (poses[-1][1].time_ms - poses[0][1].time_ms) / 1000.0 / (poses[-1][0] - poses[0][0])
 
     def close(self) -> None:
         self._stop.set()

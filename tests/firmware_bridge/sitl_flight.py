@@ -1,13 +1,33 @@
-"""One flight of the MAVLink actuator against an ArduCopter SITL binary, run inside a private network namespace
-(SITL binds every interface; ``unshare -n`` leaves it only a loopback): start the binary, wait for the EKF to use
-GPS, GUIDED, arm, take off to 5 m, fly forward at 2 m/s turning at 0.3 rad/s for 4 s, hold, act again. Prints one
-JSON line of what it saw. Used by test_mavlink_sitl.py; run alone: ``unshare -n python sitl_flight.py BINARY PARAMS``.
+"""Policy I int8 flies a real autopilot's SITL build through the real bridge, and the fail-safes are proven on it.
+
+Run inside a private network namespace (SITL binds every interface; ``unshare -n`` leaves it only a loopback,
+and nftables there cuts one link without touching the machine's): ``unshare -n python sitl_flight.py
+--autopilot ardupilot --binary BIN --params copter.parm --out DIR`` (or ``--autopilot px4 --binary
+.../bin/px4``). Used by test_mavlink_sitl.py; prints one JSON line of what it measured:
+
+1. **episodes**: ``python -m hil.run --sim-only --backend autopilot --level easy --takeoff-m 5`` (the bridge a
+   local process with ``--actuator mavlink``): take-off through the bridge's vehicle commands, then seeded episodes;
+   success, actuation rate and round trip from its report;
+2. **fail-safe**: a host (this script: the bridge, nav_env.autopilot's env, the policy's acts) flies an episode and
+   stops sending mid-flight; from the vehicle's telemetry: when the bridge held (its status), when the vehicle
+   began to slow down, the hold mode it reached, its speed two seconds later; and the setpoint-to-motion delay
+   (the episode's first act from a standstill to 0.2 m/s of change in the 50 Hz telemetry);
+3. **link cut**: ``hil.run`` flies again and the bridge-autopilot link is cut for 6 s (nftables drops its UDP
+   port); the bridge answers acts VEHICLE_LINK once the autopilot's heartbeat is 3 s old, the host counts them
+   and flies on when the link returns.
+
+The autopilot's links: ArduCopter's SERIAL0 as ``udpclient`` to the bridge (UDP, as a serial line loses what a
+cut link carries; over TCP the autopilot would get the setpoints queued during a cut, late) and SERIAL1 (TCP 5762)
+to the ground station; PX4's onboard MAVLink instance (UDP 14540) to the bridge and its GCS instance (UDP 14550)
+to the ground station.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import math
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,75 +37,212 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from pymavlink import mavutil  # noqa: E402
+import numpy as np  # noqa: E402
 
-from firmware_bridge.mavlink_actuator import MavlinkActuator  # noqa: E402
+from firmware_bridge.client import BridgeClient  # noqa: E402
+from firmware_bridge.launcher import BridgeProcess  # noqa: E402
+from hil.autopilot import prepare_vehicle  # noqa: E402
+from nav_env.autopilot import AutopilotNavEnv  # noqa: E402
 
-MAV = mavutil.mavlink
+POLICY = REPO / "models" / "policy1_int8.onnx"
+HOLD_MODE = {"ardupilot": "BRAKE", "px4": "LOITER"}
+LINKS = {  # (the bridge's --fc, the ground station's link, the UDP port that carries the bridge's link)
+    "ardupilot": ("udpin:127.0.0.1:14551", "tcp:127.0.0.1:5762", 14551),
+    "px4": ("udpin:127.0.0.1:14540", "udpin:127.0.0.1:14550", 14540),
+}
 
 
-def speed(actuator: MavlinkActuator) -> float | None:
-    m = actuator.link.messages.get("LOCAL_POSITION_NED")
-    return None if m is None else math.hypot(m.vx, m.vy)
+def start_sitl(autopilot: str, binary: str, params: str | None, work: Path, speedup: float) -> subprocess.Popen:
+    log = open(work / "sitl.log", "wb")  # noqa: SIM115 - closed with the process
+    if autopilot == "ardupilot":
+        cmd = [binary, "--model", "+", "--speedup", str(speedup), "--defaults", str(params), "-I0",
+               "--serial0", "udpclient:127.0.0.1:14551"]  # fmt: skip
+        return subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+    # PX4: the build's ROMFS (etc/) beside bin/, a fresh working directory (parameters, dataman, logs)
+    etc = Path(binary).resolve().parents[1] / "etc"
+    env = {
+        **os.environ,
+        "PX4_SIM_MODEL": "sihsim_quadx",
+        "PX4_SIMULATOR": "sihsim",
+        "PX4_SIM_SPEED_FACTOR": str(speedup),
+    }
+    return subprocess.Popen([binary, "-d", str(etc)], cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
-def main(binary: str, params: str) -> int:
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    work = Path(tempfile.mkdtemp(prefix="airq-sitl-"))
-    sitl = subprocess.Popen(
-        [binary, "--model", "+", "--speedup", "1", "--defaults", params, "-I0"],
-        cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+def hil_run(autopilot: str, out: Path, episodes: int, seed: int) -> subprocess.Popen:
+    fc, telemetry, _ = LINKS[autopilot]
+    cmd = [sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", "--backend", "autopilot",
+           "--level", "easy", "--fc", fc, "--telemetry", telemetry, "--takeoff-m", "5", "--episodes", str(episodes),
+           "--seed", str(seed), "--out", str(out), "--quiet"]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> None:
+    stdout, stderr = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"hil.run exited {proc.returncode}: {stderr.strip()[-2000:]}")
+
+
+def episodes_phase(autopilot: str, out: Path, episodes: int) -> dict:
+    finish(hil_run(autopilot, out, episodes, seed=0), timeout=300 + 60 * episodes)
+    report = json.loads((out / "report.json").read_text())
+    run = report["runs"][0]
+    outcomes = [e["outcome"] for e in run["episodes"]]
+    return {
+        "vehicle": {k: v for k, v in report["vehicle"].items() if k != "bridge_actuator"},
+        "episodes": len(outcomes),
+        "successes": outcomes.count("success"),
+        "collisions": outcomes.count("collision"),
+        "timeouts": outcomes.count("timeout"),
+        "actuation_hz": round(run["actuation_hz"], 2),
+        "round_trip_us": run["round_trip_us"],
+        "device_inference_us": run["device_inference_us"],
+        "deadline_misses": run["deadline_misses"],
+        "setpoints_sent": report["vehicle"]["bridge_actuator"]["setpoints_sent"],
+        "acts": run["acts"],
+        "bridge_rss_mb": round(run["device_memory"]["peak_rss_bytes"] / 2**20, 1),
+    }
+
+
+def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int = 80) -> dict:
+    fc, telemetry, _ = LINKS[autopilot]
+    bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
+    env = AutopilotNavEnv(level="easy", telemetry=telemetry)
+    client = BridgeClient(bridge.endpoint)
     out: dict = {}
     try:
-        time.sleep(1.0)
-        a = MavlinkActuator("tcp:127.0.0.1:5760")
-        t0 = time.monotonic()
-        out["autopilot"] = a.wait_heartbeat(30).autopilot
-        out["heartbeat_s"] = round(time.monotonic() - t0, 2)
-        end = time.monotonic() + 120
-        while not any("using GPS" in t for t in a.statustext) and time.monotonic() < end:
-            time.sleep(0.2)
-        out["ekf_s"] = round(time.monotonic() - t0, 1)
-        out["firmware"] = a.state.firmware
-        a._command(MAV.MAV_CMD_SET_MESSAGE_INTERVAL, MAV.MAVLINK_MSG_ID_LOCAL_POSITION_NED, 50_000)  # telemetry, 20 Hz
-        a.set_mode("GUIDED")
-        a.arm()
-        a.takeoff(5.0)
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            m = a.link.messages.get("LOCAL_POSITION_NED")
-            if m is not None and -m.z > 4.5:
+        prepare_vehicle(client, env, 5.0, 120.0)
+        obs, _ = env.reset(seed=1000)
+        t = env.telemetry
+        speed0 = float(np.linalg.norm(t.pose.velocity_ned))
+        first_move: float | None = None
+        last_act = time.monotonic()
+        for step in range(max_steps):  # fly until the vehicle is well under way, then stop
+            result = client.act(obs)
+            last_act = time.monotonic()
+            if first_move is None and result.setpoint and np.linalg.norm(result.setpoint[:3]) >= 1.0:
+                first_move = last_act
+            obs, _, terminated, truncated, _ = env.step(result.action)
+            if terminated or truncated:
+                raise RuntimeError(f"the fail-safe episode ended at step {step} before the vehicle was under way")
+            if step >= 10 and np.hypot(*t.pose.velocity_ned[:2]) >= stop_speed_mps:
                 break
-            time.sleep(0.1)
-        out["altitude_m"] = round(-a.link.messages["LOCAL_POSITION_NED"].z, 2)
-        for _ in range(40):
-            a.command((2.0, 0.0, 0.0, 0.3), time.monotonic_ns())
-            time.sleep(0.1)
-        out["speed_before_hold"] = round(speed(a) or 0.0, 2)
-        t_hold = time.monotonic()
-        a.hold(time.monotonic_ns())
-        while a.state.mode != "BRAKE" and time.monotonic() - t_hold < 3:
-            time.sleep(0.005)
-        out["hold_mode"], out["hold_mode_s"] = a.state.mode, round(time.monotonic() - t_hold, 3)
-        time.sleep(0.2 - (time.monotonic() - t_hold) if time.monotonic() - t_hold < 0.2 else 0)
-        out["speed_two_periods_after_hold"] = round(speed(a) or 0.0, 2)
-        time.sleep(1.8)
-        out["speed_2s_after_hold"] = round(speed(a) or 0.0, 2)
-        a.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
-        time.sleep(1.0)
-        out["mode_after_next_act"] = a.state.mode
-        out["armed"] = a.state.armed
-        a.close()
+        # the host stops here: the bridge hears nothing more; the vehicle's telemetry shows what follows
+        time.sleep(3.0)
+        status = client.status()["actuator"]
+        poses = [(w, float(np.hypot(*pose.velocity_ned[:2]))) for w, pose in t.poses]
+        after = [(w, v) for w, v in poses if w >= last_act]
+        stop_speed = float(np.mean([v for _, v in after[:3]]))
+        peak = max(after[: len(after) // 2], key=lambda wv: wv[1])  # where it stops speeding up
+        # the hold bites where the acceleration (over 100 ms windows of the 50 Hz poses) falls 0.5 m/s^2 below
+        # its value when the host stopped
+        windows = [((after[i + 5][0]), (after[i + 5][1] - after[i][1]) / (after[i + 5][0] - after[i][0]))
+                   for i in range(0, len(after) - 5, 5)]  # fmt: skip
+        falling = next((w for w, acc in windows if acc <= windows[0][1] - 0.5), None)
+        moving = None if first_move is None else next(
+            (w for w, pose in t.poses if w >= first_move and abs(float(np.linalg.norm(pose.velocity_ned)) - speed0) >= 0.2),
+            None,
+        )  # fmt: skip
+        out = {
+            "speed_at_stop": round(stop_speed, 2),
+            "hold_after_last_act_ms": round((status["last_hold_ns"] - status["last_command_ns"]) / 1e6, 1),
+            "accel_falling_after_last_act_ms": None if falling is None else round((falling - last_act) * 1e3, 1),
+            "peak_speed_after_stop": round(peak[1], 2),
+            "slowing_from_after_last_act_ms": round((peak[0] - last_act) * 1e3, 1),
+            "speed_trace_after_stop": [[round((w - last_act) * 1e3), round(v, 2)] for w, v in after[::5]],
+            "hold_mode": status["mode"],
+            "speed_2s_after_stop": round(next(v for w, v in after if w >= last_act + 2.0), 2),
+            "speed_3s_after_stop": round(after[-1][1], 2),
+            "setpoint_to_motion_ms": None if moving is None else round((moving - first_move) * 1e3, 1),
+        }
+        obs, _ = env.reset(seed=1001)  # the host returns: its next act takes the vehicle out of the hold
+        for _ in range(15):
+            obs, *_ = env.step(client.act(obs).action)
+        out["mode_after_host_returns"] = client.status()["actuator"]["mode"]
+    finally:
+        client.close()
+        env.close()
+        bridge.close()
+    return out
+
+
+def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
+    _, _, port = LINKS[autopilot]
+    proc = hil_run(autopilot, out, episodes=3, seed=100)
+    log = out / "run.jsonl"
+    deadline = time.monotonic() + 240
+    while not (log.exists() and '"kind": "episode"' in log.read_text()):  # the first episode flown
+        if proc.poll() is not None or time.monotonic() > deadline:
+            finish(proc, 10)
+            raise RuntimeError("hil.run ended before its first episode")
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the second episode
+    rules = (
+        "table inet airq_cut {\n chain out {\n  type filter hook output priority 0;\n"
+        f"  udp dport {port} drop\n  udp sport {port} drop\n }}\n}}\n"
+    )
+    try:
+        subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+        cut_at = time.monotonic()
+        time.sleep(cut_s)
+        subprocess.run(["nft", "delete", "table", "inet", "airq_cut"], check=True)
+        restored_at = time.monotonic()
+        finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads((out / "report.json").read_text())
+    events = [json.loads(line) for line in log.read_text().splitlines() if '"event"' in line]
+    lost = [e for e in events if e.get("event") == "vehicle_link_lost"]
+    rel = report["runs"][0]["reliability"]
+    return {
+        "cut_s": cut_s,
+        "vehicle_link_errors": rel["vehicle_link_errors"],
+        "first_refusal_after_cut_s": round(lost[0]["t_mono"] - cut_at, 2) if lost else None,
+        "refusal_detail": lost[0].get("detail") if lost else None,
+        "episodes_after": len(report["runs"][0]["episodes"]),
+        "outcomes": [e["outcome"] for e in report["runs"][0]["episodes"]],
+        "restored_after_s": round(restored_at - cut_at, 2),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--autopilot", choices=("ardupilot", "px4"), required=True)
+    p.add_argument("--binary", required=True)
+    p.add_argument("--params", help="ArduCopter: Tools/autotest/default_params/copter.parm")
+    p.add_argument("--episodes", type=int, default=3)
+    p.add_argument("--speedup", type=float, default=1.0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--phases", default="episodes,failsafe,cut")
+    a = p.parse_args()
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"airq-{a.autopilot}-"))
+    sitl = start_sitl(a.autopilot, a.binary, a.params, work, a.speedup)
+    seen: dict = {"autopilot": a.autopilot}
+    try:
+        phases = a.phases.split(",")
+        if "episodes" in phases:
+            seen["episodes"] = episodes_phase(a.autopilot, out / "episodes", a.episodes)
+        if "failsafe" in phases:
+            seen["failsafe"] = failsafe_phase(a.autopilot)
+        if "cut" in phases:
+            seen["cut"] = link_cut_phase(a.autopilot, out / "cut")
+    except Exception as e:  # what was measured before it is still printed
+        seen["error"] = f"{type(e).__name__}: {e}"
     finally:
         sitl.terminate()
         try:
-            sitl.wait(5)
+            sitl.wait(10)
         except subprocess.TimeoutExpired:
             sitl.kill()
-    print(json.dumps(out))
-    return 0
+        shutil.copy(work / "sitl.log", out / "sitl.log")
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(seen))
+    return 1 if "error" in seen else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main())
