@@ -16,13 +16,17 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   clockwise yaw rate, so y, z and the yaw rate change sign;
 * the hold (the watchdog's fail-safe): a zero-velocity setpoint, then the autopilot's own hold mode, ``BRAKE`` on
   ArduPilot, ``HOLD`` (AUTO_LOITER) on PX4. The next act takes the vehicle back to GUIDED / OFFBOARD only if the
-  bridge itself put it in that hold: a mode someone else chose (a pilot on the RC switch) is never overridden;
+  bridge itself put it in that hold: a mode someone else chose (a pilot on the RC switch) is never overridden. The
+  act sends its setpoint before the mode request (PX4 enters OFFBOARD only with a setpoint younger than
+  COM_OF_LOSS_T) and asks again every half second until a heartbeat shows the mode (one a second: a refused or
+  lost request, or a hold the heartbeat did not show yet, would otherwise leave the vehicle holding);
 * nothing arms, takes off or changes mode implicitly: :meth:`arm`, :meth:`takeoff` and :meth:`set_mode` are
-  separate calls. PX4 refuses OFFBOARD without a setpoint stream: :meth:`set_mode` streams zero setpoints at
-  20 Hz for half a second before asking.
+  separate calls (the bridge's ``vehicle`` request). PX4 refuses OFFBOARD without a setpoint stream:
+  :meth:`set_mode` streams zero setpoints at 20 Hz for half a second before asking. PX4 reads a take-off's altitude
+  above sea level, ArduPilot above home: :meth:`takeoff` takes metres above the vehicle and sends each its own.
 
-A reader thread follows the autopilot's HEARTBEAT (which autopilot, mode, armed), COMMAND_ACK, AUTOPILOT_VERSION
-and STATUSTEXT; with no autopilot heartbeat for ``link_timeout_s`` the link is lost, and :meth:`stats` (the bridge's
+A reader thread follows the autopilot's HEARTBEAT (which autopilot, mode, armed), COMMAND_ACK, AUTOPILOT_VERSION,
+GLOBAL_POSITION_INT (the altitude above sea level) and STATUSTEXT (PX4 sends it only to ground stations); with no autopilot heartbeat for ``link_timeout_s`` the link is lost, and :meth:`stats` (the bridge's
 status) says so.
 """
 
@@ -60,6 +64,7 @@ FLY_MODE = {"ardupilot": "GUIDED", "px4": "OFFBOARD"}
 HOLD_MODE = {"ardupilot": "BRAKE", "px4": "LOITER"}  # pymavlink's name for PX4's AUTO_LOITER, shown as HOLD
 HEARTBEAT_PERIOD_S = 1.0
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
+RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often
 
 
 class MavlinkError(VehicleCommandError):
@@ -135,6 +140,8 @@ class MavlinkActuator(Actuator):
         self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
         self.last_hold_ns: int | None = None  # ... and of the last hold
         self._we_hold = False  # the bridge put the vehicle in its hold mode (and may take it back)
+        self._resume_sent_s: float | None = None  # when we last asked to go back to the fly mode
+        self.amsl_m: float | None = None  # GLOBAL_POSITION_INT.alt (PX4's take-off altitude is AMSL)
         self._version_requested = False
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
@@ -182,6 +189,8 @@ class MavlinkActuator(Actuator):
         elif kind == "AUTOPILOT_VERSION":
             v = msg.flight_sw_version
             self.state.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
+        elif kind == "GLOBAL_POSITION_INT":
+            self.amsl_m = msg.alt / 1000.0
         elif kind == "STATUSTEXT":
             self.statustext.append(str(msg.text))
 
@@ -193,6 +202,9 @@ class MavlinkActuator(Actuator):
                 pass
 
     def _command(self, command: int, *params: float) -> None:
+        # an older answer to the same command (a mode change sent by hold()/command()) is not this one's
+        for old in [a for a in list(self.acks) if a[0] == command]:
+            self.acks.remove(old)
         p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
         s = self.state
         self._send(lambda mav: mav.command_long_send(s.system or 1, s.component or 1, command, 0, *p))
@@ -229,9 +241,15 @@ class MavlinkActuator(Actuator):
             while self.clock() < end:
                 self._send_setpoint((0.0, 0.0, 0.0, 0.0))
                 time.sleep(0.05)
+        for old in [a for a in list(self.acks) if a[0] == MAV.MAV_CMD_DO_SET_MODE]:
+            self.acks.remove(old)
         self._send(lambda mav: self.link.set_mode(mode))
+        result = self._wait_ack(MAV.MAV_CMD_DO_SET_MODE, timeout_s)
+        if result != MAV.MAV_RESULT_ACCEPTED:  # PX4: TEMPORARILY_REJECTED e.g. OFFBOARD without setpoints
+            raise MavlinkError(f"mode {mode} refused ({result_name(result)}): "
+                               f"{' | '.join(self.statustext) or 'no reason given'}")  # fmt: skip
         end = self.clock() + timeout_s
-        while self.state.mode != mode:
+        while self.state.mode != mode:  # the heartbeat (1 Hz) follows the accepted change
             if self.clock() > end:
                 raise MavlinkError(f"the autopilot stayed in {self.state.mode} instead of {mode}")
             time.sleep(0.02)
@@ -263,9 +281,19 @@ class MavlinkActuator(Actuator):
             time.sleep(0.01)
 
     def takeoff(self, altitude_m: float, timeout_s: float = 5.0) -> None:
-        """MAV_CMD_NAV_TAKEOFF to ``altitude_m`` above the take-off point; MavlinkError if refused."""
-        self.wait_heartbeat(timeout_s)
-        self._command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), altitude_m)
+        """MAV_CMD_NAV_TAKEOFF to ``altitude_m`` above the take-off point; MavlinkError if refused.
+        ArduPilot reads param7 as the altitude above home, PX4 as AMSL (a relative 5 m is "already higher than
+        take-off altitude": accepted, and the vehicle stays on the ground)."""
+        s = self.wait_heartbeat(timeout_s)
+        target = altitude_m
+        if s.autopilot == "px4":
+            end = self.clock() + timeout_s
+            while self.amsl_m is None:
+                if self.clock() > end:
+                    raise MavlinkError("no GLOBAL_POSITION_INT: PX4's take-off altitude is AMSL")
+                time.sleep(0.02)
+            target = self.amsl_m + altitude_m  # like PX4's own default (current altitude + MIS_TAKEOFF_ALT)
+        self._command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), target)
         result = self._wait_ack(MAV.MAV_CMD_NAV_TAKEOFF, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:
             raise MavlinkError(
@@ -331,20 +359,32 @@ class MavlinkActuator(Actuator):
 
     def command(self, setpoint: Sequence[float], t_ns: int) -> None:
         self.last_command_ns = t_ns
-        autopilot = self.state.autopilot
-        if self._we_hold and autopilot is not None and self.state.mode == HOLD_MODE[autopilot]:
-            self._send(lambda mav: self.link.set_mode(FLY_MODE[autopilot]))
-        self._we_hold = False
+        # the setpoint first: PX4 refuses OFFBOARD (TEMPORARILY_REJECTED) unless a setpoint arrived within
+        # COM_OF_LOSS_T (1 s), and a hold usually lasts longer than that
         self._send_setpoint(setpoint)
+        autopilot = self.state.autopilot
+        if not self._we_hold or autopilot is None:
+            return
+        s, fly, hold = self.state, FLY_MODE[autopilot], HOLD_MODE[autopilot]
+        if s.mode not in (fly, hold):
+            self._we_hold = False  # someone else chose a mode: never override it
+        elif s.mode == fly and self._resume_sent_s is not None and (s.last_heartbeat_s or 0) > self._resume_sent_s:
+            self._we_hold = False  # back in the fly mode (a heartbeat after our request says so)
+        elif self._resume_sent_s is None or self.clock() - self._resume_sent_s >= RESUME_RETRY_S:
+            # in our hold, or the heartbeat (1 Hz) does not show the hold yet: ask (again) until it shows `fly`
+            self._send(lambda mav: self.link.set_mode(fly))
+            self._resume_sent_s = self.clock()
 
     def hold(self, t_ns: int) -> None:
         self.holds += 1
         self.last_hold_ns = t_ns
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
         autopilot = self.state.autopilot
-        if autopilot is not None and self.state.mode == FLY_MODE[autopilot]:
+        # also while a resume is pending: the heartbeat may still show the hold although OFFBOARD was accepted
+        if autopilot is not None and (self.state.mode == FLY_MODE[autopilot] or self._we_hold):
             self._send(lambda mav: self.link.set_mode(HOLD_MODE[autopilot]))
             self._we_hold = True
+            self._resume_sent_s = None
 
     def reset(self) -> None:
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))

@@ -2,15 +2,20 @@
 each message checked against the dialect definitions pymavlink ships (decoding checks each message's id, layout
 and CRC extra; the enums are looked up in the dialect).
 
-Behaviour (ArduPilot: ArduCopter's GCS_MAVLink and mode docs; PX4: its offboard docs):
-- HEARTBEAT at 10 Hz (autopilot ARDUPILOTMEGA or PX4, type QUADROTOR, custom mode, armed flag); none while
-  ``silent`` is set (a cut link).
+Behaviour (ArduPilot: ArduCopter's GCS_MAVLink and mode docs; PX4: its offboard docs; both as their SITL builds
+were seen to behave, docs/autopilot.md):
+- HEARTBEAT once a second (autopilot ARDUPILOTMEGA or PX4, type QUADROTOR, custom mode, armed flag), so a mode
+  change shows up to a second late, as on the real ones; none while ``silent`` is set (a cut link). ArduCopter boots
+  in STABILIZE, PX4 without RC in Hold (LOITER).
 - COMMAND_LONG: COMPONENT_ARM_DISARM arms or disarms; NAV_TAKEOFF is accepted only armed and in GUIDED
-  (ArduPilot) - PX4 accepts it armed; DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD unless setpoints
-  arrived at 2 Hz or more over the last 0.5 s; REQUEST_MESSAGE(AUTOPILOT_VERSION) answers with the version. Every
-  command gets a COMMAND_ACK.
+  (ArduPilot, param7 metres above home); PX4 accepts it armed and reads param7 above sea level (a target below the
+  vehicle is accepted and flies nothing); DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD
+  (TEMPORARILY_REJECTED) unless a setpoint arrived within COM_OF_LOSS_T (1 s); REQUEST_MESSAGE(AUTOPILOT_VERSION)
+  answers with the version. Every command gets a COMMAND_ACK.
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
-  enums is a protocol error the test sees (``errors``).
+  enums is a protocol error the test sees (``errors``), and so is a frame PX4 drops (it takes LOCAL_NED and
+  BODY_NED only).
+- PX4 streams GLOBAL_POSITION_INT (its altitude above sea level) to the companion at 10 Hz.
 
 With ``gcs_port`` the peer is also a vehicle a ground station watches (for hil.run --backend autopilot): a point
 whose velocity follows the last body-frame setpoint (first-order lag ``TAU_S``) while armed in GUIDED / OFFBOARD and
@@ -32,6 +37,10 @@ from pymavlink import mavutil
 MAV = mavutil.mavlink
 ARDUCOPTER_MODES = {"STABILIZE": 0, "GUIDED": 4, "LOITER": 5, "BRAKE": 17, "LAND": 9}
 PX4_MODES = {"POSCTL": (3, 0), "OFFBOARD": (6, 0), "LOITER": (4, 3), "TAKEOFF": (4, 2)}  # (main, sub)
+PX4_FRAMES = (MAV.MAV_FRAME_LOCAL_NED, MAV.MAV_FRAME_BODY_NED)  # the others: "coordinate frame unsupported"
+PX4_OFFBOARD_LOSS_S = 1.0  # COM_OF_LOSS_T
+HOME_AMSL_M = 584.0
+HEARTBEAT_PERIOD_S = 1.0
 VERSION = (4, 7, 0)
 TAU_S = 0.2  # the peer vehicle's velocity lag
 SETPOINT_TIMEOUT_S = 3.0  # ArduCopter GUIDED: a velocity target older than this is dropped (the vehicle stops)
@@ -77,7 +86,7 @@ class AutopilotPeer:
     def __init__(self, autopilot: str, port: int, gcs_port: int | None = None) -> None:
         self.autopilot = autopilot
         self.link = mavutil.mavlink_connection(f"udpin:127.0.0.1:{port}", source_system=1, source_component=1)
-        self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "POSCTL")
+        self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "LOITER")
         self.vehicle = PointVehicle()
         self.boot = time.monotonic()
         self.silent = threading.Event()
@@ -109,7 +118,7 @@ class AutopilotPeer:
             if clients and not self.telemetry_silent.is_set():
                 if now >= next_beat:
                     self._heartbeat(self.gcs)
-                    next_beat = now + 0.1
+                    next_beat = now + HEARTBEAT_PERIOD_S
                 for msg_id, period in list(self.intervals.items()):
                     if now >= next_send.get(msg_id, 0.0):
                         self._send_telemetry(msg_id)
@@ -169,12 +178,19 @@ class AutopilotPeer:
         (link or self.link).mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, autopilot, base, custom, MAV.MAV_STATE_ACTIVE)
 
     def _run(self) -> None:
-        next_beat = 0.0
+        next_beat = next_position = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if now >= next_beat and not self.silent.is_set() and getattr(self.link, "clients", None):
-                self._heartbeat()
-                next_beat = now + 0.1
+            if not self.silent.is_set() and getattr(self.link, "clients", None):
+                if now >= next_beat:
+                    self._heartbeat()
+                    next_beat = now + HEARTBEAT_PERIOD_S
+                if self.autopilot == "px4" and now >= next_position:
+                    self.link.mav.global_position_int_send(
+                        self._time_boot_ms(), 0, 0, int((HOME_AMSL_M - self.vehicle.position[2]) * 1000),
+                        int(-self.vehicle.position[2] * 1000), 0, 0, 0, 0,
+                    )  # fmt: skip
+                    next_position = now + 0.1
             msg = self.link.recv_match(blocking=True, timeout=0.02)
             if msg is None or msg.get_type() == "BAD_DATA":
                 if msg is not None:
@@ -189,6 +205,9 @@ class AutopilotPeer:
         elif kind == "SET_POSITION_TARGET_LOCAL_NED":
             if msg.coordinate_frame not in MAV.enums["MAV_FRAME"]:
                 s.errors.append(f"frame {msg.coordinate_frame} is not a MAV_FRAME")
+            elif self.autopilot == "px4" and msg.coordinate_frame not in PX4_FRAMES:
+                s.errors.append(f"PX4 drops a setpoint in frame {msg.coordinate_frame}: coordinate frame unsupported")
+                return
             known = 0
             for value, entry in MAV.enums["POSITION_TARGET_TYPEMASK"].items():
                 known |= 0 if entry.name.endswith("ENUM_END") else value
@@ -211,8 +230,9 @@ class AutopilotPeer:
             return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_NAV_TAKEOFF:
             ok = s.armed and (self.autopilot == "px4" or s.mode == "GUIDED")
-            if ok:
-                self.vehicle.takeoff_altitude = msg.param7
+            if ok:  # ArduPilot: metres above home; PX4: above sea level, and a target below flies nothing
+                above_home = msg.param7 if self.autopilot == "ardupilot" else msg.param7 - HOME_AMSL_M
+                self.vehicle.takeoff_altitude = above_home if above_home > -self.vehicle.position[2] else None
             return MAV.MAV_RESULT_ACCEPTED if ok else MAV.MAV_RESULT_FAILED
         if msg.command == MAV.MAV_CMD_DO_SET_MODE:
             if self.autopilot == "ardupilot":
@@ -220,9 +240,8 @@ class AutopilotPeer:
                 mode = names.get(int(msg.param2))
             else:
                 mode = {v: k for k, v in PX4_MODES.items()}.get((int(msg.param2), int(msg.param3)))
-                recent = [p for p in s.setpoints if now - p.t <= 0.5]
-                if mode == "OFFBOARD" and len(recent) < 2:
-                    return MAV.MAV_RESULT_DENIED  # PX4: no offboard without a setpoint stream
+                if mode == "OFFBOARD" and not (s.setpoints and now - s.setpoints[-1].t <= PX4_OFFBOARD_LOSS_S):
+                    return MAV.MAV_RESULT_TEMPORARILY_REJECTED  # PX4: no offboard without a setpoint stream
             if mode is None:
                 return MAV.MAV_RESULT_DENIED
             s.mode = mode

@@ -42,7 +42,7 @@ def until(predicate, timeout: float = 5.0) -> None:
 def pair(request):
     port = free_udp_port()
     peer = AutopilotPeer(request.param, port)
-    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=0.5)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=2.0)
     yield peer, actuator
     actuator.close()
     peer.close()
@@ -64,7 +64,7 @@ def test_arming_take_off_and_modes_are_explicit_and_setpoints_use_the_autopilots
     actuator.wait_heartbeat(5)
     actuator.command((2.0, 0.5, -0.25, 0.3), time.monotonic_ns())
     until(lambda: len(peer.state.setpoints) >= 1)
-    assert not peer.state.armed and peer.state.mode in ("STABILIZE", "POSCTL")  # an act arms nothing
+    assert not peer.state.armed and peer.state.mode in ("STABILIZE", "LOITER")  # an act arms nothing
     fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
     if peer.autopilot == "ardupilot":
         with pytest.raises(MavlinkError, match="take-off refused"):
@@ -73,6 +73,7 @@ def test_arming_take_off_and_modes_are_explicit_and_setpoints_use_the_autopilots
     actuator.arm()
     assert peer.state.armed
     actuator.takeoff(5.0)
+    assert peer.vehicle.takeoff_altitude == pytest.approx(5.0, abs=0.01)  # PX4: sent as 5 m above sea level's
     if peer.autopilot == "px4":
         actuator.set_mode(fly)  # primes the setpoint stream PX4 requires first
     assert peer.state.mode == fly and actuator.state.mode == fly
@@ -95,7 +96,7 @@ def test_px4_refuses_offboard_without_a_setpoint_stream_and_the_actuator_primes_
         actuator.wait_heartbeat(5)
         actuator._send(lambda mav: actuator.link.set_mode("OFFBOARD"))  # asked cold, as a naive client would
         until(lambda: any(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands))
-        assert peer.state.commands[-1] == (MAV.MAV_CMD_DO_SET_MODE, MAV.MAV_RESULT_DENIED)
+        assert peer.state.commands[-1] == (MAV.MAV_CMD_DO_SET_MODE, MAV.MAV_RESULT_TEMPORARILY_REJECTED)
         actuator.set_mode("OFFBOARD")
         assert peer.state.mode == "OFFBOARD"
     finally:
@@ -119,6 +120,18 @@ def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pa
     actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())  # the bridge's own hold: it takes the vehicle back
     until(lambda: peer.state.mode == fly)
     until(lambda: actuator.state.mode == fly)
+    # the race of a 1 Hz heartbeat: a hold, and acts again before any heartbeat showed the hold (held back here)
+    peer.silent.set()
+    actuator.hold(time.monotonic_ns())
+    until(lambda: peer.state.mode == hold)
+    assert actuator.state.mode == fly  # not heard
+    actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+    peer.silent.clear()
+    end = time.monotonic() + 2.5
+    while time.monotonic() < end:
+        actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+        time.sleep(0.1)
+    assert peer.state.mode == fly  # asked again until a heartbeat showed it
     pilots = "LOITER" if peer.autopilot == "ardupilot" else "POSCTL"
     peer.set_mode(pilots)  # the pilot takes over on the RC switch
     until(lambda: actuator.state.mode == pilots)
@@ -135,8 +148,8 @@ def test_a_silent_autopilot_is_a_lost_link(pair):
     actuator.wait_heartbeat(5)
     until(lambda: actuator.stats()["link_ok"])
     peer.silent.set()
-    until(lambda: not actuator.stats()["link_ok"], timeout=3)
-    assert actuator.stats()["heartbeat_age_s"] >= 0.5
+    until(lambda: not actuator.stats()["link_ok"], timeout=5)
+    assert actuator.stats()["heartbeat_age_s"] >= 2.0
     peer.silent.clear()
     until(lambda: actuator.stats()["link_ok"], timeout=3)
 
