@@ -60,11 +60,14 @@ def start_sitl(autopilot: str, binary: str, params: str | None, work: Path, spee
         return subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
     # PX4: the build's ROMFS (etc/) beside bin/, a fresh working directory (parameters, dataman, logs)
     etc = Path(binary).resolve().parents[1] / "etc"
+    # COM_OBL_RC_ACT 5: when the companion's setpoints stop (the link cut), PX4 holds; its default (Position mode)
+    # needs a pilot's sticks and without RC descends and lands (docs/autopilot.md)
     env = {
         **os.environ,
         "PX4_SIM_MODEL": "sihsim_quadx",
         "PX4_SIMULATOR": "sihsim",
         "PX4_SIM_SPEED_FACTOR": str(speedup),
+        "PX4_PARAM_COM_OBL_RC_ACT": "5",
     }
     return subprocess.Popen([binary, "-d", str(etc)], cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
 
