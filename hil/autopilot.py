@@ -108,6 +108,9 @@ def prepare_vehicle(
                 break
             except VehicleNotReady as e:
                 reason = str(e)
+                if reason.endswith("no reason given") and telemetry.statustext:  # PX4 tells ground stations only
+                    reason = reason.removesuffix("no reason given") + " | ".join(telemetry.statustext)
+                    telemetry.statustext.clear()
                 if reason not in refusals:
                     refusals.append(reason)
                     note(f"waiting for the autopilot to arm: {reason}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 import threading
 import time
 from collections import deque
@@ -78,6 +79,14 @@ class VehicleFacts:
     last_heartbeat_s: float | None = None
 
 
+def param_number(msg: Any, bytewise: bool) -> float:
+    """A PARAM_VALUE's number. PX4 sends integer parameters bytewise (MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE:
+    the int's bytes in the float field), ArduPilot as a float's value."""
+    if bytewise and msg.param_type in (5, 6):  # MAV_PARAM_TYPE_UINT32, MAV_PARAM_TYPE_INT32
+        return float(struct.unpack("<i" if msg.param_type == 6 else "<I", struct.pack("<f", msg.param_value))[0])
+    return float(msg.param_value)
+
+
 def check_endpoint(spec: str) -> str:
     if not isinstance(spec, str) or not ENDPOINT_RE.match(spec):
         raise ValueError(
@@ -112,10 +121,10 @@ class Telemetry:
         self.facts = VehicleFacts()
         self.pose: PoseSample | None = None
         self.attitude: AttitudeSample | None = None
-        # the last ten seconds of poses at 50 Hz, with the wall time (time.monotonic) each arrived
-        self.poses: deque[tuple[float, PoseSample]] = deque(maxlen=512)
+        # the last twenty seconds of poses at 50 Hz, with the wall time (time.monotonic) each arrived
+        self.poses: deque[tuple[float, PoseSample]] = deque(maxlen=1024)
         self.new_pose = threading.Condition()
-        self._params: dict[str, float] = {}
+        self.statustext: deque[str] = deque(maxlen=8)  # the autopilot's last messages (PX4 sends them to GCSs only)
         self._target: tuple[int, int] | None = None
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
@@ -190,13 +199,18 @@ class Telemetry:
             v = int(msg.flight_sw_version)
             self.facts.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
             git = bytes(msg.flight_custom_version)
+            # ArduPilot: the git hash's first 8 characters; PX4: its first bytes, least significant first
             self.facts.firmware_git = (
-                git.hex() if self.facts.autopilot == "px4" else git.rstrip(b"\0").decode("ascii", "replace")
+                bytes(reversed(git)).hex()
+                if self.facts.autopilot == "px4"
+                else git.rstrip(b"\0").decode("ascii", "replace")
             )
         elif kind == "PARAM_VALUE":
             name = msg.param_id if isinstance(msg.param_id, str) else msg.param_id.decode()
             if self.facts.autopilot and name in FRAME_PARAMS[self.facts.autopilot]:
-                self.facts.frame_params[name] = float(msg.param_value)
+                self.facts.frame_params[name] = param_number(msg, bytewise=self.facts.autopilot == "px4")
+        elif kind == "STATUSTEXT":
+            self.statustext.append(str(msg.text))
 
     def _send(self, write: Any) -> None:
         with self._send_lock:
