@@ -78,12 +78,11 @@ def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_p
     assert episodes["deadline_misses"] == 0 and episodes["setpoints_sent"] >= episodes["acts"]
     assert 9.0 <= episodes["actuation_hz"] <= 10.5  # the autopilot's clock paces the loop at 10 Hz
     # the fail-safe: the bridge holds 200 ms after the last act (the watchdog; its loop wakes every 50 ms), that is
-    # within the second control period the host missed; the telemetry shows the vehicle's acceleration turning
-    # within two periods after that, and the vehicle stopped in the autopilot's hold mode
+    # within the second control period the host missed; the telemetry shows the vehicle's acceleration falling
+    # within three periods of that, and the vehicle stopped in the autopilot's hold mode
     assert 195 <= failsafe["hold_after_last_act_ms"] <= 260
-    assert (
-        failsafe["accel_falling_after_last_act_ms"] is not None and failsafe["accel_falling_after_last_act_ms"] <= 450
-    )
+    falling = failsafe["accel_falling_after_last_act_ms"]
+    assert falling is not None and falling - failsafe["hold_after_last_act_ms"] <= 300
     assert failsafe["hold_mode"] == HOLD_MODE[autopilot] and failsafe["speed_6s_after_stop"] < 0.3
     assert failsafe["mode_after_host_returns"] == FLY_MODE[autopilot]  # the bridge's own hold, left by the next act
     # the link cut: refused acts once the autopilot's heartbeat is 3 s old, counted by the host, the run completes
