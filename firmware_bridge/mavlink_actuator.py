@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from firmware_bridge.actuator import Actuator, VehicleCommandError
+from firmware_bridge.flight_modes import FLY_MODE, HOLD_MODE
 
 try:
     from pymavlink import mavutil
@@ -60,8 +61,6 @@ VELOCITY_YAW_RATE_MASK = (
 )
 AUTOPILOTS = {MAV.MAV_AUTOPILOT_ARDUPILOTMEGA: "ardupilot", MAV.MAV_AUTOPILOT_PX4: "px4"}
 SETPOINT_FRAME = {"ardupilot": MAV.MAV_FRAME_BODY_OFFSET_NED, "px4": MAV.MAV_FRAME_BODY_NED}
-FLY_MODE = {"ardupilot": "GUIDED", "px4": "OFFBOARD"}
-HOLD_MODE = {"ardupilot": "BRAKE", "px4": "LOITER"}  # pymavlink's name for PX4's AUTO_LOITER, shown as HOLD
 HEARTBEAT_PERIOD_S = 1.0
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
 RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often

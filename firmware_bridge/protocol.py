@@ -296,13 +296,12 @@ def validate_vehicle_command(message: dict[str, Any]) -> tuple[str, dict[str, An
         )
     args: dict[str, Any] = {}
     if command == "takeoff":
-        alt = message.get("altitude_m")
+        alt: Any = message.get("altitude_m")
         if type(alt) not in (int, float) or not math.isfinite(alt) or not 0.5 <= alt <= MAX_TAKEOFF_ALTITUDE_M:
+            bad = f"{alt!r}"[:80]
             raise ProtocolError(
                 ErrorCode.BAD_MESSAGE,
-                f"takeoff 'altitude_m' must be a number of metres in 0.5..{MAX_TAKEOFF_ALTITUDE_M:g}, got {alt!r}"[
-                    :300
-                ],
+                f"takeoff 'altitude_m' must be a number of metres in 0.5..{MAX_TAKEOFF_ALTITUDE_M:g}, got {bad}",
             )
         args["altitude_m"] = float(alt)
     elif command == "mode":

@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from firmware_bridge.client import BridgeClient, BridgeRefused
+from firmware_bridge.flight_modes import FLY_MODE
 from firmware_bridge.protocol import ErrorCode
 from nav_env.autopilot import AutopilotNavEnv
 
-FLY_MODE = {"ardupilot": "GUIDED", "px4": "OFFBOARD"}  # the mode in which each autopilot follows the bridge
 ARM_RETRY_S = 2.0
 ALTITUDE_REACHED = 0.95  # of the take-off altitude: the climb is done
 

@@ -30,11 +30,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from nav_env.arena import sample_episode
-from nav_env.common import ZoneCurriculum, action_space, choose_zone, observation_space, resolve_config
+from nav_env.arena import Episode, sample_episode
+from nav_env.common import TaskEnv, choose_zone
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -267,7 +266,7 @@ def rot_z(angle: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
-class AutopilotNavEnv(gym.Env):
+class AutopilotNavEnv(TaskEnv):
     """The nav_env task on an autopilot's vehicle; see the module docstring for the contract.
 
     ``telemetry``: the ground station's MAVLink endpoint (``tcp:127.0.0.1:5762`` for ArduCopter SITL's second
@@ -276,8 +275,6 @@ class AutopilotNavEnv(gym.Env):
     than 0.1 rad/s) for half a second of the autopilot's time, at most ``settle_timeout_s`` of wall time.
     ``link_timeout_s``: wall time without telemetry before a step raises AutopilotLinkError.
     """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(
         self,
@@ -293,13 +290,7 @@ class AutopilotNavEnv(gym.Env):
         link_timeout_s: float = 3.0,
         connect_timeout_s: float = 120.0,
     ):
-        self.cfg = resolve_config(level, config, overrides)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
-        self.render_mode = render_mode
-        self.observation_space = observation_space(self.cfg)
-        self.action_space = action_space(self.cfg)
-        self.curriculum = ZoneCurriculum.from_config(self.cfg)
+        self._set_up_task(level, render_mode, config, overrides)
         self.settle_speed_mps, self.settle_timeout_s = float(settle_speed_mps), float(settle_timeout_s)
         self.link_timeout_s = float(link_timeout_s)
         self.sim = BatchSim(self.cfg, 1)  # the virtual world: obstacles, camera, collisions, scoring
@@ -309,7 +300,7 @@ class AutopilotNavEnv(gym.Env):
         except BaseException:
             self.telemetry.close()
             raise
-        self.episode = None
+        self.episode: Episode | None = None
         self.trajectory: list[np.ndarray] = []
         self.settle_s: list[float] = []  # wall seconds each reset waited for the vehicle to stand still
         self._origin_ned = np.zeros(3)
@@ -322,8 +313,9 @@ class AutopilotNavEnv(gym.Env):
     # ------------------------------------------------------------------ frames
     def _place(self, pose: PoseSample, att: AttitudeSample) -> None:
         """Write the vehicle's state, in the episode's arena frame, into the bookkeeping sim."""
-        s = self.sim
-        s.pos[0] = self.episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
+        s, episode = self.sim, self.episode
+        assert episode is not None
+        s.pos[0] = episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
         s.vel[0] = self._turn @ (FLIP * pose.velocity_ned)
         s.yaw[0] = math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi)
         s.yaw_rate[0] = -att.yaw_rate_ned

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -131,3 +132,23 @@ class ZoneCurriculum:
     @property
     def success_rate(self) -> float:
         return sum(self._results) / len(self._results) if self._results else 0.0
+
+
+class TaskEnv(gym.Env):
+    """What every single-env backend of the task (NavEnv, AirSimNavEnv, AutopilotNavEnv) sets up alike: the level's
+    config, the render mode, the spaces and the goal-zone curriculum."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    cfg: NavConfig
+    curriculum: ZoneCurriculum
+
+    def _set_up_task(
+        self, level: str, render_mode: str | None, config: NavConfig | None, overrides: dict | None
+    ) -> None:
+        self.cfg = resolve_config(level, config, overrides)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
+        self.render_mode = render_mode
+        self.observation_space = observation_space(self.cfg)
+        self.action_space = action_space(self.cfg)
+        self.curriculum = ZoneCurriculum.from_config(self.cfg)

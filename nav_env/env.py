@@ -4,26 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.arena import sample_episode
 from nav_env.common import (
-    ZoneCurriculum,
-    action_space,
+    TaskEnv,
     check_latency,
     choose_zone,
     commands,
-    observation_space,
-    resolve_config,
 )
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim, SingleSim
 from nav_env.simulators import simulator
 
 
-class NavEnv(gym.Env):
+class NavEnv(TaskEnv):
     """Point-to-point drone navigation through obstacles, after Air Learning.
 
     ## Description
@@ -140,8 +136,6 @@ class NavEnv(gym.Env):
     same actions give the same trajectory here and in :class:`nav_env.vector.NavVectorEnv`.
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
-
     def __init__(
         self,
         level: str = "default",
@@ -151,13 +145,7 @@ class NavEnv(gym.Env):
         backend: str = "embedded",
         dynamics: Any = None,
     ):
-        self.cfg = resolve_config(level, config, overrides)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
-        self.render_mode = render_mode
-        self.observation_space = observation_space(self.cfg)
-        self.action_space = action_space(self.cfg)
-        self.curriculum = ZoneCurriculum.from_config(self.cfg)
+        self._set_up_task(level, render_mode, config, overrides)
         # embedded: SingleSim, the batch simulator with a fast path for one env (bit for bit the batch code's
         # results; a plain BatchSim put here steps through the batch code, as the equivalence tests do)
         self.backend = backend

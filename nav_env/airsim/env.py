@@ -7,7 +7,6 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from nav_env.airsim.client import AirSimError, ClientThread, import_client, wait_for_port, warn_versions
@@ -23,7 +22,7 @@ from nav_env.airsim.frames import (
 )
 from nav_env.airsim.scene import Scene, sized_config
 from nav_env.arena import FAR, Episode, sample_episode
-from nav_env.common import ZoneCurriculum, action_space, choose_zone, commands, observation_space, resolve_config
+from nav_env.common import TaskEnv, choose_zone, commands
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -43,7 +42,7 @@ def without_obstacles(ep: Episode) -> Episode:
     return dataclasses.replace(ep, cyl=cyl, box=np.full_like(ep.box, FAR))
 
 
-class AirSimNavEnv(gym.Env):
+class AirSimNavEnv(TaskEnv):
     """The nav_env task (same spaces, rewards, episode ends and ``info``; see :class:`nav_env.env.NavEnv`)
     with the vehicle, its physics, its collisions and its depth camera in AirSim.
 
@@ -65,8 +64,6 @@ class AirSimNavEnv(gym.Env):
     ``BatchSim.state_features``, the embedded simulator's own code; a collision is an AirSim
     collision reported after the start pose, or touching the arena's walls, floor or ceiling.
     """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
 
     def __init__(
         self,
@@ -91,17 +88,11 @@ class AirSimNavEnv(gym.Env):
         episode_fn: Callable[[np.random.Generator, NavConfig, int | None], Episode] | None = None,
         scene: Scene | dict | str | None = None,
     ):
-        self.cfg = resolve_config(level, config, overrides)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
+        self._set_up_task(level, render_mode, config, overrides)
         if depth_type not in DEPTH_TYPES:
             raise ValueError(f"depth_type must be one of {DEPTH_TYPES}, got {depth_type!r}")
         if len(origin) != 3 or not all(math.isfinite(float(o)) for o in origin):
             raise ValueError(f"origin must be 3 finite numbers (north, east, down), got {origin!r}")
-        self.render_mode = render_mode
-        self.observation_space = observation_space(self.cfg)
-        self.action_space = action_space(self.cfg)
-        self.curriculum = ZoneCurriculum.from_config(self.cfg)
         self.host, self.port, self.vehicle_name, self.camera_name = host, int(port), vehicle_name, str(camera_name)
         self.depth_type, self.lockstep, self.takeoff = depth_type, bool(lockstep), bool(takeoff)
         self.camera_fov_deg = float(camera_fov_deg if camera_fov_deg is not None else self.cfg.camera.fov_deg)

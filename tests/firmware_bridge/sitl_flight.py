@@ -45,7 +45,6 @@ from hil.autopilot import prepare_vehicle  # noqa: E402
 from nav_env.autopilot import AutopilotNavEnv  # noqa: E402
 
 POLICY = REPO / "models" / "policy1_int8.onnx"
-HOLD_MODE = {"ardupilot": "BRAKE", "px4": "LOITER"}
 LINKS = {  # (the bridge's --fc, the ground station's link, the UDP port that carries the bridge's link)
     "ardupilot": ("udpin:127.0.0.1:14551", "tcp:127.0.0.1:5762", 14551),
     "px4": ("udpin:127.0.0.1:14540", "udpin:127.0.0.1:14550", 14540),

@@ -26,9 +26,9 @@ import pytest
 
 pytest.importorskip("pymavlink", reason="the mavlink actuator needs the mavlink extra (make installs it)")
 
+from firmware_bridge.flight_modes import FLY_MODE, HOLD_MODE  # noqa: E402
+
 SCRIPT = Path(__file__).with_name("sitl_flight.py")
-HOLD_MODE = {"ardupilot": "BRAKE", "px4": "LOITER"}
-FLY_MODE = {"ardupilot": "GUIDED", "px4": "OFFBOARD"}
 
 
 def skip_or_fail(reason: str) -> None:
