@@ -99,3 +99,27 @@ def test_report_html_renders_other_kinds_of_run(run_dir, tmp_path):
     assert "&lt;b&gt;saturates&lt;/b&gt; &amp; more" in page and "<b>saturates" not in page
     assert 'id="comparison"' not in page and "each action lands fixed:20 late" in page
     assert page.count("trajectory_policy1_fp32_ep") >= 3 and "trajectory_policy1_int8" not in page
+
+
+def test_report_html_names_the_autopilot_that_flew(run_dir, tmp_path):
+    """--backend autopilot: the page says which autopilot, firmware and frame flew, in which clock, and what getting
+    it ready took."""
+    from hil.report_html import write_run_html
+
+    report = json.loads((run_dir / "report.json").read_text())
+    report |= {
+        "backend": "autopilot",
+        "vehicle": {
+            "autopilot": "px4", "firmware": "1.16.0", "firmware_git": "752ecd3d1b000000", "frame": "QUADROTOR",
+            "frame_params": {"SYS_AUTOSTART": 10040.0}, "telemetry": "udpin:127.0.0.1:14550", "telemetry_hz": 50.0,
+            "speedup": 0.989, "settle_s_mean": 3.1,
+            "preflight": [{"autopilot": "px4", "took_off": True, "arm_attempts": 3, "ready_s": 13.7, "altitude_m": 5.05,
+                           "refusals": ["arming refused (MAV_RESULT_TEMPORARILY_REJECTED): <not ready>"]}],
+            "bridge_actuator": None,
+        },
+    }  # fmt: skip
+    page = write_run_html(report, run_dir.glob("*.png"), out_dir=tmp_path).read_text()
+    assert "<b>px4 1.16.0</b> (git 752ecd3d1b000000), frame QUADROTOR, SYS_AUTOSTART 10040" in page
+    assert 'data-key="vehicle.speedup" data-value="0.989"' in page and "the autopilot's own clock" in page
+    assert 'data-key="vehicle.preflight.0.arm_attempts" data-value="3"' in page and "&lt;not ready&gt;" in page
+    assert "a miss leaves the last setpoint in force" in page
