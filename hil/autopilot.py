@@ -109,7 +109,7 @@ def prepare_vehicle(
             except VehicleNotReady as e:
                 reason = str(e)
                 if reason.endswith("no reason given") and telemetry.statustext:  # PX4 tells ground stations only
-                    reason = reason.removesuffix("no reason given") + " | ".join(telemetry.statustext)
+                    reason = reason.removesuffix("no reason given") + telemetry.statustext[-1]
                     telemetry.statustext.clear()
                 if reason not in refusals:
                     refusals.append(reason)

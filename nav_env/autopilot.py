@@ -78,6 +78,16 @@ class VehicleFacts:
     last_heartbeat_s: float | None = None
 
 
+def add_statustext(lines: deque[str], msg: Any) -> None:
+    """A STATUSTEXT into ``lines``; a long text comes in 50-character chunks sharing an ``id`` (MAVLink 2),
+    joined back into one line."""
+    text = str(msg.text).strip()
+    if getattr(msg, "id", 0) and getattr(msg, "chunk_seq", 0) and lines:
+        lines[-1] += text
+    elif text:
+        lines.append(text)
+
+
 def param_number(msg: Any, bytewise: bool) -> float:
     """A PARAM_VALUE's number. PX4 sends integer parameters bytewise (MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE:
     the int's bytes in the float field), ArduPilot as a float's value."""
@@ -209,7 +219,7 @@ class Telemetry:
             if self.facts.autopilot and name in FRAME_PARAMS[self.facts.autopilot]:
                 self.facts.frame_params[name] = param_number(msg, bytewise=self.facts.autopilot == "px4")
         elif kind == "STATUSTEXT":
-            self.statustext.append(str(msg.text))
+            add_statustext(self.statustext, msg)
 
     def _send(self, write: Any) -> None:
         with self._send_lock:

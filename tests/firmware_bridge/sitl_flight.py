@@ -179,12 +179,25 @@ def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
     proc = hil_run(autopilot, out, episodes=3, seed=100)
     log = out / "run.jsonl"
     deadline = time.monotonic() + 240
-    while not (log.exists() and '"kind": "episode"' in log.read_text()):  # the first episode flown
-        if proc.poll() is not None or time.monotonic() > deadline:
-            finish(proc, 10)
-            raise RuntimeError("hil.run ended before its first episode")
-        time.sleep(0.2)
-    time.sleep(1.0)  # into the second episode
+    # the cut starts half a second into the second episode, so the host is acting all through it: the bridge's
+    # status (its endpoint from the run log) counts the episodes the host opened
+    endpoint, probe = None, None
+    try:
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                finish(proc, 10)
+                raise RuntimeError("hil.run ended before its second episode")
+            if endpoint is None and log.exists():
+                started = [json.loads(x) for x in log.read_text().splitlines() if '"bridge_started"' in x]
+                endpoint = started[0]["endpoint"] if started else None
+                probe = BridgeClient(endpoint) if endpoint else None
+            if probe is not None and probe.status()["counters"]["resets"] >= 2:
+                break
+            time.sleep(0.05)
+    finally:
+        if probe is not None:
+            probe.close()
+    time.sleep(0.5)
     rules = (
         "table inet airq_cut {\n chain out {\n  type filter hook output priority 0;\n"
         f"  udp dport {port} drop\n  udp sport {port} drop\n }}\n}}\n"
