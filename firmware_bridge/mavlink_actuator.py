@@ -26,8 +26,9 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   above sea level, ArduPilot above home: :meth:`takeoff` takes metres above the vehicle and sends each its own.
 
 A reader thread follows the autopilot's HEARTBEAT (which autopilot, mode, armed), COMMAND_ACK, AUTOPILOT_VERSION,
-GLOBAL_POSITION_INT (the altitude above sea level) and STATUSTEXT (PX4 sends it only to ground stations); with no autopilot heartbeat for ``link_timeout_s`` the link is lost, and :meth:`stats` (the bridge's
-status) says so.
+GLOBAL_POSITION_INT (the altitude above sea level) and STATUSTEXT (PX4 sends it only to ground stations); with no
+autopilot heartbeat for ``link_timeout_s`` the link is lost: :meth:`stats` (the bridge's status) says so, and
+:meth:`link_error` makes the bridge refuse acts (VEHICLE_LINK) until a heartbeat comes again.
 """
 
 from __future__ import annotations

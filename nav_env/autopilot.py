@@ -348,8 +348,8 @@ class AutopilotNavEnv(TaskEnv):
                 still_since = None
             if time.monotonic() - wall_start > self.settle_timeout_s:
                 raise AutopilotLinkError(
-                    f"the vehicle still moves at {speed:.2f} m/s ({att.yaw_rate_ned:.2f} rad/s) {self.settle_timeout_s:g} s "
-                    f"after the episode ended: is the bridge holding it (mode {t.facts.mode})?"
+                    f"the vehicle still moves at {speed:.2f} m/s ({att.yaw_rate_ned:.2f} rad/s) "
+                    f"{self.settle_timeout_s:g} s after the episode ended: is the bridge holding it (mode {t.facts.mode})?"
                 )
 
     # ------------------------------------------------------------------ gymnasium API
