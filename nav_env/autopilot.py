@@ -133,6 +133,7 @@ class Telemetry:
         # the last twenty seconds of poses at 50 Hz, with the wall time (time.monotonic) each arrived
         self.poses: deque[tuple[float, PoseSample]] = deque(maxlen=1024)
         self.new_pose = threading.Condition()
+        self.targets: deque[tuple[float, Any]] = deque(maxlen=1024)  # (wall time, POSITION_TARGET_LOCAL_NED)
         self.statustext: deque[str] = deque(maxlen=8)  # the autopilot's last messages (PX4 sends them to GCSs only)
         self._target: tuple[int, int] | None = None
         self._send_lock = threading.Lock()
@@ -167,10 +168,13 @@ class Telemetry:
         span_ms = poses[-1][1].time_ms - poses[0][1].time_ms
         return span_ms > 0 and (len(poses) - 1) / (span_ms / 1000.0) >= 0.7 * self.telemetry_hz
 
+    def request_interval(self, msg_id: int, hz: float) -> None:
+        """Ask the autopilot to send message ``msg_id`` at ``hz`` on this link (MAV_CMD_SET_MESSAGE_INTERVAL)."""
+        self._command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, msg_id, 1e6 / hz)
+
     def _request_streams(self) -> None:
-        interval_us = 1e6 / self.telemetry_hz
         for msg_id in (self.mav.MAVLINK_MSG_ID_LOCAL_POSITION_NED, self.mav.MAVLINK_MSG_ID_ATTITUDE):
-            self._command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, msg_id, interval_us)
+            self.request_interval(msg_id, self.telemetry_hz)
         if self.facts.firmware is None:
             self._command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
 
@@ -186,6 +190,8 @@ class Telemetry:
                 self.pose = sample
                 self.poses.append((now, sample))
                 self.new_pose.notify_all()
+        elif kind == "POSITION_TARGET_LOCAL_NED":  # only when asked for (request_interval): what the autopilot flies to
+            self.targets.append((now, msg))
         elif kind == "ATTITUDE":
             self.attitude = AttitudeSample(int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed))
         elif kind == "HEARTBEAT":

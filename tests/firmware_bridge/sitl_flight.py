@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -114,8 +115,9 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
     out: dict = {}
     try:
         prepare_vehicle(client, env, 5.0, 120.0)
-        obs, _ = env.reset(seed=1000)
         t = env.telemetry
+        t.request_interval(85, 50.0)  # POSITION_TARGET_LOCAL_NED: the velocity the autopilot is asked to fly
+        obs, _ = env.reset(seed=1000)
         first_move: tuple[float, np.ndarray, float] | None = None  # (when, direction in NED, speed along it then)
         last_act = time.monotonic()
         for step in range(max_steps):  # fly until the vehicle is well under way, then stop
@@ -151,8 +153,14 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
             (w for w, pose in t.poses if w >= first_move[0] and pose.velocity_ned @ first_move[1] - first_move[2] >= 0.2),
             None,
         )  # fmt: skip
+        # the autopilot's own account of the hold: its first velocity target of zero after the last act
+        held = next(
+            (w for w, m in t.targets if w > last_act and math.hypot(m.vx, m.vy) < 0.05 and not m.type_mask & 0x38),
+            None,
+        )  # fmt: skip
         out = {
             "speed_at_stop": round(stop_speed, 2),
+            "zero_target_seen_after_last_act_ms": None if held is None else round((held - last_act) * 1e3, 1),
             "hold_after_last_act_ms": round((status["last_hold_ns"] - status["last_command_ns"]) / 1e6, 1),
             "accel_falling_after_last_act_ms": None if falling is None else round((falling - last_act) * 1e3, 1),
             "peak_speed_after_stop": round(peak[1], 2),

@@ -74,13 +74,17 @@ def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_p
     vehicle = episodes["vehicle"]
     assert vehicle["autopilot"] == autopilot and vehicle["frame"] == "QUADROTOR" and vehicle["firmware"]
     assert vehicle["preflight"][0]["took_off"] and vehicle["preflight"][0]["altitude_m"] >= 4.75
-    assert episodes["episodes"] == 3 and episodes["successes"] >= 2  # Policy I on easy: 2 of 3 at least
+    # Policy I reaches the goal under the autopilot (it does in 80-90% of 20 episodes, docs/autopilot.md; one of
+    # three is what a test can ask without failing on a fair run)
+    assert episodes["episodes"] == 3 and episodes["successes"] >= 1
     assert episodes["deadline_misses"] == 0 and episodes["setpoints_sent"] >= episodes["acts"]
     assert 9.0 <= episodes["actuation_hz"] <= 10.5  # the autopilot's clock paces the loop at 10 Hz
     # the fail-safe: the bridge holds 200 ms after the last act (the watchdog; its loop wakes every 50 ms), that is
     # within the second control period the host missed; the telemetry shows the vehicle's acceleration falling
     # within three periods of that, and the vehicle stopped in the autopilot's hold mode
     assert 195 <= failsafe["hold_after_last_act_ms"] <= 260
+    assert failsafe["zero_target_seen_after_last_act_ms"] is not None  # the autopilot's own telemetry shows it
+    assert failsafe["zero_target_seen_after_last_act_ms"] <= 300
     falling = failsafe["accel_falling_after_last_act_ms"]
     assert falling is not None and falling - failsafe["hold_after_last_act_ms"] <= 300
     assert failsafe["hold_mode"] == HOLD_MODE[autopilot] and failsafe["speed_6s_after_stop"] < 0.3
