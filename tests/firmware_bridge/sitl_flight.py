@@ -153,14 +153,18 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
             (w for w, pose in t.poses if w >= first_move[0] and pose.velocity_ned @ first_move[1] - first_move[2] >= 0.2),
             None,
         )  # fmt: skip
-        # the autopilot's own account of the hold: its first velocity target of zero after the last act
-        held = next(
-            (w for w, m in t.targets if w > last_act and math.hypot(m.vx, m.vy) < 0.05 and not m.type_mask & 0x38),
-            None,
-        )  # fmt: skip
+        # the autopilot's own account of the hold: its velocity target (50 Hz) stops being the last act's, set to
+        # zero (PX4) or no longer sent because the mode left GUIDED (ArduCopter streams guided targets only)
+        targets = [(w, m) for w, m in t.targets if w > last_act]
+        acted = (targets[0][1].vx, targets[0][1].vy) if targets else (0.0, 0.0)
+        changed = next((w for w, m in targets if math.hypot(m.vx - acted[0], m.vy - acted[1]) > 0.05), None)
+        how = "velocity target zero"
+        if changed is None and targets and targets[-1][0] < last_act + 5.0:
+            changed, how = targets[-1][0] + 0.02, "guided targets stopped (mode changed)"
         out = {
             "speed_at_stop": round(stop_speed, 2),
-            "zero_target_seen_after_last_act_ms": None if held is None else round((held - last_act) * 1e3, 1),
+            "target_changed_after_last_act_ms": None if changed is None else round((changed - last_act) * 1e3, 1),
+            "target_change": how,
             "hold_after_last_act_ms": round((status["last_hold_ns"] - status["last_command_ns"]) / 1e6, 1),
             "accel_falling_after_last_act_ms": None if falling is None else round((falling - last_act) * 1e3, 1),
             "peak_speed_after_stop": round(peak[1], 2),

@@ -83,8 +83,9 @@ def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_p
     # within the second control period the host missed; the telemetry shows the vehicle's acceleration falling
     # within three periods of that, and the vehicle stopped in the autopilot's hold mode
     assert 195 <= failsafe["hold_after_last_act_ms"] <= 260
-    assert failsafe["zero_target_seen_after_last_act_ms"] is not None  # the autopilot's own telemetry shows it
-    assert failsafe["zero_target_seen_after_last_act_ms"] <= 300
+    # ... and the autopilot's own telemetry shows it: its velocity target is no longer the last act's by then
+    assert failsafe["target_changed_after_last_act_ms"] is not None
+    assert failsafe["target_changed_after_last_act_ms"] <= 300
     falling = failsafe["accel_falling_after_last_act_ms"]
     assert falling is not None and falling - failsafe["hold_after_last_act_ms"] <= 300
     assert failsafe["hold_mode"] == HOLD_MODE[autopilot] and failsafe["speed_6s_after_stop"] < 0.3
