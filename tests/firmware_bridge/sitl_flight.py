@@ -173,6 +173,8 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
             "hold_mode": status["mode"],
             "speed_2s_after_stop": round(next(v for w, v in after if w >= last_act + 2.0), 2),
             "speed_6s_after_stop": round(after[-1][1], 2),
+            "min_speed_within_4s": round(min(v for w, v in after if w <= last_act + 4.0), 2),
+            "max_speed_last_3s": round(max(v for w, v in after if w >= last_act + 3.0), 2),
             "setpoint_to_motion_ms": None if moving is None else round((moving - first_move[0]) * 1e3, 1),
         }
         obs, _ = env.reset(seed=1001)  # the host returns: its next act takes the vehicle out of the hold
