@@ -138,7 +138,7 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
         # the host stops here: the bridge hears nothing more; the vehicle's telemetry shows what follows
         time.sleep(6.0)  # PX4's Hold flies back to where it began holding: watch it settle there
         status = client.status()["actuator"]
-        poses = [(w, float(np.hypot(*pose.velocity_ned[:2]))) for w, pose in t.poses]
+        poses = [(w, float(np.hypot(*pose.velocity_ned[:2]))) for w, pose in list(t.poses)]
         after = [(w, v) for w, v in poses if w >= last_act]
         stop_speed = float(np.mean([v for _, v in after[:3]]))
         peak = max(after[: len(after) // 2], key=lambda wv: wv[1])  # where it stops speeding up
@@ -150,14 +150,15 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
         # setpoint to motion: from the first act asking for 1 m/s or more to the first pose whose velocity along
         # that setpoint grew by 0.2 m/s
         moving = None if first_move is None else next(
-            (w for w, pose in t.poses if w >= first_move[0] and pose.velocity_ned @ first_move[1] - first_move[2] >= 0.2),
+            (w for w, pose in list(t.poses) if w >= first_move[0] and pose.velocity_ned @ first_move[1] - first_move[2] >= 0.2),
             None,
         )  # fmt: skip
-        # the autopilot's own account of the hold: its velocity target (50 Hz) stops being the last act's, set to
-        # zero (PX4) or no longer sent because the mode left GUIDED (ArduCopter streams guided targets only)
-        targets = [(w, m) for w, m in t.targets if w > last_act]
-        acted = (targets[0][1].vx, targets[0][1].vy) if targets else (0.0, 0.0)
-        changed = next((w for w, m in targets if math.hypot(m.vx - acted[0], m.vy - acted[1]) > 0.05), None)
+        # the autopilot's own account of the hold: its velocity target (50 Hz) set to zero (PX4), or no longer sent
+        # because the mode left GUIDED (ArduCopter streams guided targets only)
+        targets = [(w, m) for w, m in list(t.targets) if w > last_act]
+        changed = next(
+            (w for w, m in targets if math.hypot(m.vx, m.vy) < 0.05 and not m.type_mask & 0x38), None
+        )  # fmt: skip
         how = "velocity target zero"
         if changed is None and targets and targets[-1][0] < last_act + 5.0:
             changed, how = targets[-1][0] + 0.02, "guided targets stopped (mode changed)"
@@ -173,8 +174,7 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
             "hold_mode": status["mode"],
             "speed_2s_after_stop": round(next(v for w, v in after if w >= last_act + 2.0), 2),
             "speed_6s_after_stop": round(after[-1][1], 2),
-            "min_speed_within_4s": round(min(v for w, v in after if w <= last_act + 4.0), 2),
-            "max_speed_last_3s": round(max(v for w, v in after if w >= last_act + 3.0), 2),
+            **holding(t, last_act + status_hold_s(status)),
             "setpoint_to_motion_ms": None if moving is None else round((moving - first_move[0]) * 1e3, 1),
         }
         obs, _ = env.reset(seed=1001)  # the host returns: its next act takes the vehicle out of the hold
@@ -186,6 +186,25 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
         env.close()
         bridge.close()
     return out
+
+
+def status_hold_s(status: dict) -> float:
+    """Seconds from the last act to the bridge's hold (both device monotonic times)."""
+    return (status["last_hold_ns"] - status["last_command_ns"]) / 1e9
+
+
+def holding(t, hold_at: float) -> dict:
+    """Where the vehicle went after the hold (horizontal): how far from where the hold began at most, and how far
+    it moved over the last second of the six watched (ArduCopter's BRAKE stops there; PX4's Hold flies back to the
+    point where it began holding)."""
+    track = [(w, pose.position_ned[:2]) for w, pose in list(t.poses) if w >= hold_at]
+    start = track[0][1]
+    last_s = [p for w, p in track if w >= track[-1][0] - 1.0]
+    return {
+        "farthest_from_hold_m": round(max(float(np.linalg.norm(p - start)) for _, p in track), 2),
+        "moved_last_second_m": round(float(np.linalg.norm(last_s[-1] - last_s[0])), 2),
+        "from_hold_point_at_6s_m": round(float(np.linalg.norm(track[-1][1] - start)), 2),
+    }
 
 
 def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
