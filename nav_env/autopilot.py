@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from nav_env.arena import Episode, sample_episode
-from nav_env.common import TaskEnv, choose_zone
+from nav_env.common import TaskEnv
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -361,12 +361,7 @@ class AutopilotNavEnv(TaskEnv):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "episode" in options:
-            episode = options["episode"]
-        else:
-            zone = choose_zone(options, self.cfg, self.curriculum)
-            episode = sample_episode(self.np_random, self.cfg, zone)
+        episode = self._next_episode(options, sample_episode)
         self._done = True
         pose, att = self._wait_still()
         self.episode = episode
@@ -419,15 +414,6 @@ class AutopilotNavEnv(TaskEnv):
             bool(truncated[0]),
             s.info(0, bool(collision[0]), bool(success[0])),
         )
-
-    def render(self):
-        if self.render_mode != "rgb_array":
-            return None
-        if self.episode is None:
-            raise RuntimeError("render() called before reset()")
-        from nav_env.render import render_frame
-
-        return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
 
     def describe(self) -> dict[str, Any]:
         """Which autopilot, firmware and frame flew, over which link, and how fast its clock ran."""

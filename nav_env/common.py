@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +13,10 @@ from gymnasium import spaces
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.config import N_STATE_FEATURES, NavConfig, load_level
+
+if TYPE_CHECKING:
+    from nav_env.arena import Episode
+    from nav_env.sim import BatchSim
 
 
 def resolve_config(level: str, config: NavConfig | None, overrides: dict | None) -> NavConfig:
@@ -135,12 +141,34 @@ class ZoneCurriculum:
 
 
 class TaskEnv(gym.Env):
-    """What every single-env backend of the task (NavEnv, AirSimNavEnv, AutopilotNavEnv) sets up alike: the level's
-    config, the render mode, the spaces and the goal-zone curriculum."""
+    """What every single-env backend of the task (NavEnv, AirSimNavEnv, AutopilotNavEnv) does alike: set up the
+    level's config, the render mode, the spaces and the goal-zone curriculum; pick a reset's episode; draw the map."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
     cfg: NavConfig
     curriculum: ZoneCurriculum
+    sim: BatchSim  # the backend's simulator, or its bookkeeping copy of the vehicle and the world
+    episode: Episode | None
+    trajectory: list[np.ndarray]
+
+    def _next_episode(
+        self, options: dict | None, draw: Callable[[np.random.Generator, NavConfig, int | None], Episode]
+    ) -> Episode:
+        """``options["episode"]`` (a hand-built scene), else ``draw`` for the zone the options or the curriculum
+        ask for, with the env's seeded generator."""
+        options = options or {}
+        if "episode" in options:
+            return options["episode"]
+        return draw(self.np_random, self.cfg, choose_zone(options, self.cfg, self.curriculum))
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        if self.episode is None:
+            raise RuntimeError("render() called before reset()")
+        from nav_env.render import render_frame
+
+        return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
 
     def _set_up_task(
         self, level: str, render_mode: str | None, config: NavConfig | None, overrides: dict | None

@@ -11,7 +11,6 @@ from nav_env.arena import sample_episode
 from nav_env.common import (
     TaskEnv,
     check_latency,
-    choose_zone,
     commands,
 )
 from nav_env.config import NavConfig
@@ -165,11 +164,7 @@ class NavEnv(TaskEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "episode" in options:  # a hand-built scene (tests, replays)
-            return self._start(options["episode"])
-        zone = choose_zone(options, self.cfg, self.curriculum)
-        return self._start(sample_episode(self.np_random, self.cfg, zone))
+        return self._start(self._next_episode(options, sample_episode))
 
     def _start(self, episode):
         self.episode = episode
@@ -222,12 +217,3 @@ class NavEnv(TaskEnv):
             bool(truncated[0]),
             self.sim.info(0, bool(collision[0]), bool(success[0])),
         )
-
-    def render(self):
-        if self.render_mode != "rgb_array":
-            return None
-        if self.episode is None:
-            raise RuntimeError("render() called before reset()")
-        from nav_env.render import render_frame
-
-        return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))

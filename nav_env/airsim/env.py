@@ -22,7 +22,7 @@ from nav_env.airsim.frames import (
 )
 from nav_env.airsim.scene import Scene, sized_config
 from nav_env.arena import FAR, Episode, sample_episode
-from nav_env.common import TaskEnv, choose_zone, commands
+from nav_env.common import TaskEnv, commands
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -134,12 +134,7 @@ class AirSimNavEnv(TaskEnv):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        if "episode" in options:
-            episode = options["episode"]
-        else:
-            zone = choose_zone(options, self.cfg, self.curriculum)
-            episode = self.episode_fn(self.np_random, self.cfg, zone)
+        episode = self._next_episode(options, self.episode_fn)
         self._done = True
         self.episode = episode
         if (len(episode.cyl), len(episode.box)) != (self.sim.cyl.shape[1], self.sim.box.shape[1]):
