@@ -80,7 +80,6 @@ class AutopilotState:
     armed: bool = False
     last_heartbeat_s: float | None = None  # time.monotonic()
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
-    link_ok: bool = False  # derived from last_heartbeat_s when read (stats)
 
 
 def result_name(result: int) -> str:
@@ -136,7 +135,6 @@ class MavlinkActuator(Actuator):
         self.statustext: deque[str] = deque(maxlen=8)
         self.setpoints_sent = 0
         self.holds = 0
-        self.last_setpoint: tuple[float, float, float, float] | None = None
         self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
         self.last_hold_ns: int | None = None  # ... and of the last hold
         self._we_hold = False  # the bridge put the vehicle in its hold mode (and may take it back)
@@ -355,7 +353,6 @@ class MavlinkActuator(Actuator):
             )  # fmt: skip
         )
         self.setpoints_sent += 1
-        self.last_setpoint = (vx, vy, vz, yaw_rate)
 
     def command(self, setpoint: Sequence[float], t_ns: int) -> None:
         self.last_command_ns = t_ns
@@ -390,11 +387,11 @@ class MavlinkActuator(Actuator):
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
     def stats(self) -> dict[str, Any]:
-        self.state.link_ok = self._link_ok()
         return {
             "kind": self.name,
             "endpoint": self.endpoint,
             **asdict(self.state),
+            "link_ok": self._link_ok(),
             "heartbeat_age_s": None
             if self.state.last_heartbeat_s is None
             else round(self.clock() - self.state.last_heartbeat_s, 3),

@@ -872,7 +872,7 @@ class Flights:
                 timing=flight.timing,
             )
             if isinstance(self._env, AutopilotNavEnv):
-                self._autopilot_status = client.status().get("actuator")
+                self._autopilot_status = rec.status_end.get("actuator")
         self.progress.policy_ended()
         device_info = {k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")}
         return Flown(rec, load, device_info, warning)

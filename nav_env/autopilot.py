@@ -327,11 +327,14 @@ class AutopilotNavEnv(TaskEnv):
         self._done = True
 
     # ------------------------------------------------------------------ frames
-    def _place(self, pose: PoseSample, att: AttitudeSample) -> None:
-        """Write the vehicle's state, in the episode's arena frame, into the bookkeeping sim."""
-        s, episode = self.sim, self.episode
-        assert episode is not None
-        s.pos[0] = episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
+    def _arena_position(self, pose: PoseSample) -> np.ndarray:
+        """The vehicle's position in the episode's arena frame."""
+        assert self.episode is not None
+        return self.episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
+
+    def _set_motion(self, pose: PoseSample, att: AttitudeSample) -> None:
+        """The vehicle's velocity, yaw and yaw rate, in the arena frame, into the bookkeeping sim."""
+        s = self.sim
         s.vel[0] = self._turn @ (FLIP * pose.velocity_ned)
         s.yaw[0] = math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi)
         s.yaw_rate[0] = -att.yaw_rate_ned
@@ -370,7 +373,8 @@ class AutopilotNavEnv(TaskEnv):
         # the arena turned so that the vehicle's heading is the episode's (arena yaw = -NED yaw + offset)
         self._yaw_offset = float(episode.yaw) + att.yaw_ned
         self._turn = rot_z(self._yaw_offset)
-        self._place(pose, att)
+        self.sim.pos[0] = self._arena_position(pose)  # the episode's start
+        self._set_motion(pose, att)
         self.time_ms = pose.time_ms
         self._period_end_ms = pose.time_ms + self.cfg.vehicle.dt * 1000.0
         self.trajectory = [self.sim.pos[0].copy()]
@@ -393,12 +397,9 @@ class AutopilotNavEnv(TaskEnv):
         att = self.telemetry.attitude
         assert att is not None
         s = self.sim
-        before = s.pos[0].copy()
         period_s = (pose.time_ms - self.time_ms) / 1000.0
-        self._place(pose, att)
-        moved = s.pos[0] - before
-        s.pos[0] = before
-        s.track(moved[None], period_s)
+        s.track((self._arena_position(pose) - s.pos[0])[None], period_s)
+        self._set_motion(pose, att)
         if s.has_moving:
             s._move_obstacles(np.float32(period_s))
         self.time_ms = pose.time_ms
