@@ -66,6 +66,7 @@ def machine() -> dict[str, str]:
         "cpu": cpu_model(),
         "int8": kernels.cpu_features,
         "u8s8_exact": str(kernels.u8s8_exact),
+        "s8s8_exact": str(kernels.s8s8_exact),
         "onnxruntime": kernels.onnxruntime,
         "numpy": np.__version__,
         "bridge": __version__,

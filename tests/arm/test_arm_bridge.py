@@ -133,3 +133,40 @@ def test_guest_sees_the_pi_cores_features(arm_stack, cpu, dotprod):
     caps = json.loads(r.stdout)
     assert caps == {"asimd": True, "asimddp": dotprod, "sve": False, "i8mm": False}
     FIGURES.append(f"{cpu}: guest CPU features {caps}")
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a53", "cortex-a72", "cortex-a76"])
+def test_s8s8_is_exact_on_the_pi_cores(arm_stack, policies, recorded_obs, tmp_path_factory, cpu):
+    """The 8-bit-weight scheme (s8s8: int8 activations x int8 weights in [-127, 127]) on each Pi core: the
+    probe says every scheme exact, and Policy I in s8s8 takes the native host's actions on every recorded
+    observation, its logits within the fp32 logits layer's float rounding (firmware_bridge.outputs check)."""
+    import json
+    import subprocess
+
+    from device_emulation.arm import prepare
+    from firmware_bridge.outputs import record
+    from quantize.options import StaticInt8Options
+    from quantize.ptq import quantize_file
+
+    source = next((p.path for p in policies if p.precision == "fp32"), None)
+    out = tmp_path_factory.mktemp(f"s8s8_{cpu}")
+    model = out / "models" / "policy_s8s8.onnx"
+    quantize_file(
+        source, "int8", model, calibration_episodes=10, heldout_episodes=0, options=StaticInt8Options(scheme="s8s8")
+    )
+    record([model], recorded_obs[:500], out / "native.npz")
+    stack = prepare(cpu=cpu)
+    probe_code = "import json; from firmware_bridge.int8_kernels import run_probe; print(json.dumps(run_probe().as_dict()))"
+    r = subprocess.run(stack.python_command(["-c", probe_code]), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    probe = json.loads(r.stdout)
+    assert (probe["u8s8_exact"], probe["u8s7_exact"], probe["s8s8_exact"], probe["kind"]) == (True, True, True, "exact")
+    argv = ["-m", "firmware_bridge.outputs", "check", str(out / "native.npz"), "--models", str(model.parent), "--json"]
+    r = subprocess.run(stack.python_command(argv), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (got,) = json.loads(r.stdout)["policies"]
+    FIGURES.append(
+        f"{cpu}: s8s8 {source.name} quantized here: actions identical {got['action_agreement']:.2%} on {got['rows']} "
+        f"observations, logits bit-identical in {got['bit_identical_rows']}, max |diff| {got['max_abs_difference']:.3g}"
+    )
+    assert got["action_agreement"] == 1.0 and got["max_abs_difference"] <= INT8_STATIC_LOGIT_TOL, got

@@ -1,6 +1,7 @@
-"""The int8 kernel probe (firmware_bridge.int8_kernels): the embedded model is the one it claims to be,
-its verdict matches the CPU's int8 instructions, the chosen u8s7 scheme is exact on this host, and a
-file in a scheme this host does not compute exactly gets a warning."""
+"""The int8 kernel probe (firmware_bridge.int8_kernels): the embedded models are the ones it claims to be,
+its verdict matches the CPU's int8 instructions, the u8s7 and s8s8 schemes are exact on this host, and a
+file in a scheme this host does not compute exactly gets a warning. (On an emulated AVX2 CPU:
+tests/quantize/test_schemes_on_avx2.py.)"""
 
 import numpy as np
 import onnx
@@ -11,6 +12,7 @@ from firmware_bridge.int8_kernels import (
     PROBE_ACTIVATION,
     PROBE_COLUMNS,
     PROBE_K,
+    PROBE_SIGNED_ACTIVATIONS,
     Int8Kernels,
     cpu_int8_features,
     int8_kernels,
@@ -21,12 +23,14 @@ from firmware_bridge.int8_kernels import (
 )
 
 
-def test_embedded_probe_is_the_documented_qgemm():
+@pytest.mark.parametrize("signed", [False, True], ids=["u8s8", "s8s8"])
+def test_embedded_probe_is_the_documented_qgemm(signed):
     b = np.array([PROBE_COLUMNS] * PROBE_K, dtype=np.int8)
+    a_type = np.int8 if signed else np.uint8
     inits = [
         numpy_helper.from_array(b, "b"),
         numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
-        numpy_helper.from_array(np.array(0, np.uint8), "a_zero_point"),
+        numpy_helper.from_array(np.array(0, a_type), "a_zero_point"),
         numpy_helper.from_array(np.array(1.0, np.float32), "b_scale"),
         numpy_helper.from_array(np.array(0, np.int8), "b_zero_point"),
     ]
@@ -40,7 +44,7 @@ def test_embedded_probe_is_the_documented_qgemm():
     graph = helper.make_graph(
         [node],
         "airq_int8_probe",
-        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["n", PROBE_K])],
+        [helper.make_tensor_value_info("a", TensorProto.INT8 if signed else TensorProto.UINT8, ["n", PROBE_K])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", len(PROBE_COLUMNS)])],
         inits,
     )
@@ -50,13 +54,14 @@ def test_embedded_probe_is_the_documented_qgemm():
         ir_version=8,
         producer_name="airq",
     )
-    assert onnx.load_from_string(probe_model_bytes()) == built
+    assert onnx.load_from_string(probe_model_bytes(signed)) == built
 
 
 def test_verdict_matches_the_cpus_int8_instructions():
     k = run_probe()
     assert k.error is None
     assert k.u8s7_exact, "the u8s7 scheme shipped for every int8 model must be exact on every supported CPU"
+    assert k.s8s8_exact, "onnxruntime's S8S8 kernels widen before adding: exact on AVX2, VNNI and Arm"
     features = cpu_int8_features().split()
     if "avx512_vnni" in features or "avx_vnni" in features or "asimd" in features:
         assert k.u8s8_exact  # VNNI adds int8 products in 32 bits; Arm widens before adding
@@ -80,6 +85,10 @@ def test_saturation_is_what_the_probe_says_it_is():
         assert np.array_equal(y[:2], exact[:2])
     else:
         assert y[0] == 32 * 32767 and y[0] < exact[0]
+    signed = ort.InferenceSession(probe_model_bytes(signed=True), providers=["CPUExecutionProvider"])
+    for value in PROBE_SIGNED_ACTIVATIONS:  # (-128) x (-127) pairs: 32,512, the largest S8S8 pair sum
+        y = signed.run(None, {"a": np.full((4, PROBE_K), value, np.int8)})[0]
+        assert np.array_equal(y, np.tile(value * PROBE_K * np.array(PROBE_COLUMNS, np.float64), (4, 1)))
 
 
 @pytest.mark.parametrize(
@@ -92,6 +101,7 @@ def test_saturation_is_what_the_probe_says_it_is():
         ({"airq.precision": "int8", "airq.quant.scheme": "u8s7"}, "u8s7"),
         ({"airq.precision": "int8-dynamic", "airq.quant.scheme": "u8s7"}, "u8s7"),
         ({"airq.precision": "int8-dynamic"}, "u8s8"),
+        ({"airq.precision": "int8", "airq.quant.scheme": "s8s8"}, "s8s8"),
     ],
 )
 def test_scheme_of_metadata(meta, scheme):
@@ -99,13 +109,27 @@ def test_scheme_of_metadata(meta, scheme):
 
 
 def test_warning_only_where_the_host_saturates():
-    saturating = Int8Kernels(u8s8_exact=False, u8s7_exact=True, cpu_features="avx2", onnxruntime="x")
-    exact = Int8Kernels(u8s8_exact=True, u8s7_exact=True, cpu_features="avx512_vnni", onnxruntime="x")
+    saturating = Int8Kernels(u8s8_exact=False, u8s7_exact=True, cpu_features="avx2", onnxruntime="x", s8s8_exact=True)
+    exact = Int8Kernels(u8s8_exact=True, u8s7_exact=True, cpu_features="avx512_vnni", onnxruntime="x", s8s8_exact=True)
     legacy = {"airq.precision": "int8"}
     u8s7 = {"airq.precision": "int8", "airq.quant.scheme": "u8s7"}
     msg = saturation_warning(legacy, saturating)
     assert msg and "u8s8" in msg and "--scheme u8s7" in msg and "\n" not in msg
     assert saturation_warning(legacy, exact) is None
     assert saturation_warning(u8s7, saturating) is None
+    assert saturation_warning({"airq.precision": "int8", "airq.quant.scheme": "s8s8"}, saturating) is None
+    assert saturating.kind == "saturating U8S8" and exact.kind == "exact"
     assert saturation_warning({"airq.precision": "fp32"}, saturating) is None
     assert (saturation_warning(legacy) is None) == int8_kernels().u8s8_exact
+
+
+def test_a_peer_without_the_s8s8_case_is_not_trusted_with_s8s8():
+    """A device whose probe predates the S8S8 case reports no ``s8s8_exact``: s8s8 is then not exact there
+    (unknown), and the kind is not "exact"; a full report round-trips."""
+    old = {"u8s8_exact": True, "u8s7_exact": True, "cpu_features": "asimd", "onnxruntime": "1.32.0", "error": None}
+    k = Int8Kernels.from_dict(old)
+    assert not k.exact_for("s8s8") and k.exact_for("u8s8") and k.kind == "inexact"
+    assert "s8s8" in k.describe()
+    here = int8_kernels()
+    assert Int8Kernels.from_dict(here.as_dict()) == here
+    assert Int8Kernels.from_dict({"s8s8_exact": True}).error  # the rest missing: unknown
