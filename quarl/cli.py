@@ -3,6 +3,7 @@
     python -m quarl run configs/quarl/cpu.toml                  # every trial, local Ray (all CPUs)
     python -m quarl run configs/quarl/cpu.toml --dry-run        # the trials and their cost; nothing runs
     python -m quarl run configs/quarl/atari.toml --address auto     # on the Ray cluster this machine belongs to
+    python -m quarl requantize out/quarl/cpu                    # rebuild and evaluate the static int8 files only
 
 Exit 0 every trial done, 1 a trial failed (the others still ran; rerun the same command to retry it), 2 a bad
 config, flag or path (one line), 130 interrupted (rerun the same command to resume).
@@ -69,6 +70,22 @@ def parser() -> ArgumentParser:
         "and their estimated cost; no trial runs and no local Ray starts",
     )
     r.add_argument("--no-progress", dest="progress", action="store_false", help="no per-trial lines on stderr")
+    q = sub.add_parser(
+        "requantize",
+        prog="python -m quarl requantize",
+        help="rebuild a finished study's static int8 files from its kept fp32 policies and evaluate them",
+        description="quarl/requantize.py: for every finished trial of STUDY, quantize its fp32.onnx again with its "
+        "calibration observations and evaluate the files on its episodes; no training. The new results replace "
+        "the old ones of the same name in the trial's records; `python -m quarl report STUDY` shows them.",
+    )
+    q.add_argument("study", metavar="STUDY", help="a `quarl run` output directory (holding study.json)")
+    q.add_argument(
+        "--targets",
+        nargs="+",
+        default=["int8", "int8-w7"],
+        help="PTQ files to rebuild: int8 (8-bit weights), int8-w7 (7-bit weights), int8-dynamic, fp16",
+    )
+    q.add_argument("--workers", type=_positive, default=2, help="trials at once (processes, one thread each)")
     from quarl.report import add_report_parser
 
     add_report_parser(sub).prog = "python -m quarl report"
@@ -110,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     if args.command == "mixed-precision":
         return _mixed_precision(args)
+    if args.command == "requantize":
+        from quarl.requantize import requantize_study
+
+        results = requantize_study(args.study, tuple(args.targets), args.workers)
+        failed = [r for r in results if r.status.startswith("failed")]
+        done = sum(r.status == "done" for r in results)
+        print(f"requantized {done} of {len(results)} trials ({', '.join(args.targets)}); {len(failed)} failed")
+        return 1 if failed else 0
     if args.command == "atari-check":
         from quarl.atari_check import format_check, run_check
 

@@ -25,7 +25,9 @@ from typing import Any
 from quarl.errors import QuarlError
 
 ALGOS = ("a2c", "dqn", "ppo", "ddpg", "td3", "sac")
-PTQ_TARGETS = ("fp16", "int8", "int8-dynamic")  # onnxruntime PTQ files; fp32 is always there
+# onnxruntime PTQ files; fp32 is always there. int8: static, 8-bit weights (the seed's int8); int8-w7: static, 7-bit
+# weights (airq's shipped u8s7 scheme), both from the same calibration (quarl.export.STATIC_SCHEMES)
+PTQ_TARGETS = ("fp16", "int8", "int8-w7", "int8-dynamic")
 ROUNDINGS = ("nearest", "floor")
 EVAL_SEED = 1_000_000  # episode seeds eval_seed + i: far from every training seed
 

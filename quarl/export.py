@@ -2,8 +2,12 @@
 ``logits``), and its PTQ files through quantize.ptq (onnxruntime's quantizers).
 
 Image policies (MinAtar, Atari) take the flat observation and reshape it inside the graph, so every file
-keeps the contract's 2-D input. Static int8 quantizes Conv as well as Gemm/MatMul/Relu (the CNN policies),
-keeps the logits layer in float (quantize.ptq) and uses the u8s7 scheme, exact on AVX2, VNNI and Arm.
+keeps the contract's 2-D input. Static int8 quantizes Conv as well as Gemm/MatMul/Relu (the CNN policies) and
+keeps the logits layer in float (quantize.ptq), in two schemes from the same calibration: ``int8`` with 8-bit
+weights as the seed's int8 (s8s8: int8 activations x int8 weights in [-127, 127]) and ``int8-w7`` with 7-bit
+weights (u8s7, airq's shipped scheme: uint8 activations x weights in [-64, 64]). Both compute the same integers
+on AVX2, VNNI and Arm (firmware_bridge.int8_kernels); s8s8 has no fast x86 kernel, which a study of rewards
+does not mind.
 """
 
 from __future__ import annotations
@@ -63,8 +67,12 @@ def materialize_shared_initializers(model: onnx.ModelProto) -> None:
             model.graph.node.remove(node)
 
 
+STATIC_SCHEMES = {"int8": "s8s8", "int8-w7": "u8s7"}  # static int8 targets -> quantize.options.INT8_SCHEMES
+DYNAMIC_SCHEME = "u8s7"  # quantize_dynamic_int8's default: uint8 activations at run time need 7-bit weights
+
+
 def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, ...], out_dir: Path) -> dict:
-    """{target: (path, seconds to build)} for fp16, static int8 and dynamic int8."""
+    """{target: (path, seconds to build)} for fp16, static int8 (8- and 7-bit weights) and dynamic int8."""
     from quantize.model_io import load_policy, save_atomic, set_metadata
     from quantize.options import StaticInt8Options
     from quantize.ptq import convert_fp16, quantize_dynamic_int8, quantize_static_int8
@@ -73,16 +81,19 @@ def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, 
     built = {}
     for target in targets:
         t0 = time.perf_counter()
+        meta = {"airq.precision": target}
         if target == "fp16":
             model = convert_fp16(src)
-        elif target == "int8":
-            opts = StaticInt8Options(split_input=False, extra_op_types=("Conv",))
+        elif target in STATIC_SCHEMES:
+            opts = StaticInt8Options(split_input=False, extra_op_types=("Conv",), scheme=STATIC_SCHEMES[target])
             model = quantize_static_int8(src, calibration_obs, opts)
+            meta = {"airq.precision": "int8", "airq.quant.scheme": opts.scheme}
         elif target == "int8-dynamic":
-            model = quantize_dynamic_int8(src, keep_last_layer_fp32=False)  # the seed: every layer's weights
+            model = quantize_dynamic_int8(src, keep_last_layer_fp32=False, scheme=DYNAMIC_SCHEME)  # every layer's weights
+            meta["airq.quant.scheme"] = DYNAMIC_SCHEME
         else:
             raise QuarlError(f"unknown PTQ target {target!r}")
-        set_metadata(model, src.metadata | {"airq.precision": target})
+        set_metadata(model, src.metadata | meta)
         path = save_atomic(model, out_dir / f"{target}.onnx")
         built[target] = (path, time.perf_counter() - t0)
     return built

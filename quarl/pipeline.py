@@ -7,8 +7,10 @@ the last finished one:
 1. ``train``: SB3 with the RL Zoo's hyperparameters (quarl.zoo) for the zoo's budget or the config's.
 2. ``onnx``: export the acting network (quarl.actor, quarl.export) to ``fp32.onnx``; record calibration
    observations from the fp32 policy's own episodes (seeds ``CALIBRATION_SEED + i``, never evaluated); build
-   ``fp16.onnx``, ``int8.onnx`` (static, onnxruntime, MinMax on those observations, logits layer in float) and
-   ``int8-dynamic.onnx`` (the seed's method) with quantize.ptq; evaluate all four with onnxruntime.
+   ``fp16.onnx``, ``int8.onnx`` (static, onnxruntime, MinMax on those observations, logits layer in float, 8-bit
+   weights), ``int8-w7.onnx`` (the same with 7-bit weights) and ``int8-dynamic.onnx`` (the seed's method) with
+   quantize.ptq; evaluate them all with onnxruntime. ``Trial.requantize`` redoes just the quantized files and
+   their evaluation from the kept fp32.onnx and calibration observations (``python -m quarl requantize``).
 3. ``ptq-<n>bit``: the seed's n-bit affine quantizer on weights and activations (torch fake-quant; ranges
    from the calibration observations), evaluated.
 4. ``qat-<n>bit``: the seed's Algorithm 2 as fine-tuning: quantizers go into the trained model, it trains on
@@ -38,7 +40,7 @@ from quarl.results import ONNX, PTQ, QAT, Baseline, EvalProtocol, PolicyEval, Tr
 CALIBRATION_SEED = 2_000_000  # calibration episodes: seeds CALIBRATION_SEED + i, disjoint from evaluation's
 QAT_SEED_BASE = 3_000_000  # QAT's training envs: QAT_SEED_BASE + seed * 100 + bits
 QAT_LR_FRACTION = 0.1  # QAT fine-tunes at a tenth of the zoo's initial learning rate, constant
-ONNX_NAMES = ("fp32", "fp16", "int8", "int8-dynamic")
+ONNX_NAMES = ("fp32", "fp16", "int8", "int8-w7", "int8-dynamic")
 
 
 def log(message: str) -> None:
@@ -170,18 +172,56 @@ class Trial:
             write_atomic(self.dir / "calibration_obs.npy", _npy_bytes(calib))
             calibration_obs = len(calib)
             files.update(quantize_files(fp32, calib, self.spec.ptq_targets, self.dir))
-        evals = []
-        for name, (path, seconds) in files.items():
-            returns = fp32_returns if name == "fp32" else self.evaluate(onnx_policy(path))
-            bits = {"fp32": 32, "fp16": 16}.get(name, 8)
-            evals.append(
-                PolicyEval(
-                    name, ONNX, name, bits, returns, seconds=round(seconds, 2), detail={"bytes": path.stat().st_size}
-                )
-            )
-            log(f"{self.spec.name}: {name:<12} mean return {np.mean(returns):9.2f} over {len(returns)} episodes")
+        evals = self.evaluate_files(files, fp32_returns)
         self.stages.record("onnx", {"policies": [asdict(e) for e in evals], "calibration_obs": calibration_obs})
         return evals
+
+    def evaluate_files(self, files: dict[str, tuple[Path, float]], fp32_returns: list[float] | None) -> list[PolicyEval]:
+        """A PolicyEval per ONNX file {name: (path, seconds to build)} on the trial's episodes."""
+        from quarl.export import DYNAMIC_SCHEME, STATIC_SCHEMES
+
+        evals = []
+        for name, (path, seconds) in files.items():
+            returns = fp32_returns if name == "fp32" and fp32_returns else self.evaluate(onnx_policy(path))
+            bits = {"fp32": 32, "fp16": 16, "int8-w7": 7}.get(name, 8)  # the weights' bits
+            detail: dict[str, Any] = {"bytes": path.stat().st_size}
+            scheme = STATIC_SCHEMES.get(name) or (DYNAMIC_SCHEME if name == "int8-dynamic" else None)
+            if scheme:
+                detail["scheme"] = scheme
+            evals.append(PolicyEval(name, ONNX, name, bits, returns, seconds=round(seconds, 2), detail=detail))
+            log(f"{self.spec.name}: {name:<12} mean return {np.mean(returns):9.2f} over {len(returns)} episodes")
+        return evals
+
+    def requantize(self, targets: tuple[str, ...]) -> list[PolicyEval] | None:
+        """Rebuild ``targets`` (quarl.config.PTQ_TARGETS) from the kept fp32.onnx and calibration observations,
+        evaluate them on the trial's episodes and put them into the onnx stage's record and trial.json in place
+        of any earlier ones; nothing is trained. None when the trial has no calibration observations (its
+        baseline failed and it was not quantized)."""
+        from quarl.config import PTQ_TARGETS
+        from quarl.export import quantize_files
+
+        done = self.stages.done("onnx")
+        if done is None or not (self.dir / "fp32.onnx").is_file():
+            raise QuarlError(f"{self.spec.name}: no exported fp32 policy yet: finish the trial with `quarl run` first")
+        calib_path = self.dir / "calibration_obs.npy"
+        if not calib_path.is_file():
+            return None
+        files = quantize_files(self.dir / "fp32.onnx", np.load(calib_path), targets, self.dir)
+        fresh = self.evaluate_files(files, None)
+
+        def merged(old: list[PolicyEval]) -> list[PolicyEval]:
+            by_name = {p.name: p for p in old} | {p.name: p for p in fresh}
+            onnx_order = ("fp32", *PTQ_TARGETS)
+            onnx = [by_name[n] for n in onnx_order if n in by_name and by_name[n].method == ONNX]
+            return onnx + [p for p in old if p.name not in onnx_order]
+
+        self.stages.record("onnx", done | {"policies": [asdict(p) for p in merged([PolicyEval(**p) for p in done["policies"]])]})
+        trial_json = self.dir / "trial.json"
+        if trial_json.is_file():
+            result = TrialResult.load(trial_json)
+            result = replace(result, policies=merged(result.policies))
+            write_atomic(trial_json, result.to_json().encode())
+        return fresh
 
     def ptq_stage(self, bits: int) -> PolicyEval:
         name = f"ptq-{bits}bit"

@@ -61,6 +61,7 @@ from quarl.report_records import (
     Skipped,
     Stat,
     Trial,
+    WeightBitsDiff,
     algo_order,
 )
 from quarl.report_stats import (
@@ -69,6 +70,7 @@ from quarl.report_stats import (
     load_trial,
     load_trials,
     paired_qat_ptq,
+    weight_bits_diff,
     stat,
     summarize_cell,
 )
@@ -115,6 +117,7 @@ class Report:
     cells: list[CellReport]
     algo_means: list[AlgoMean]
     qat_vs_ptq: list[PairedDiff]
+    weight_bits: list[WeightBitsDiff]
     widths: list[CellWidth]
     reading: list[str]
     skipped: list[Skipped]  # trials not in any number
@@ -168,12 +171,16 @@ def build_report(
     cells = [summarize_cell([t.result for t in groups[k]]) for k in keys]
     means = algo_means(cells)
     diffs: list[PairedDiff] = []
+    weight_bits: list[WeightBitsDiff] = []
     for c, k in zip(cells, keys):
         used = [t.result for t in groups[k] if t.result.seed in c.used_seeds]
         for b in compare_bits:
             d = paired_qat_ptq(used, c.counted, b)
             if d is not None:
                 diffs.append(d)
+        w = weight_bits_diff(used, c.counted)
+        if w is not None:
+            weight_bits.append(w)
 
     files: list[Path] = []
 
@@ -196,15 +203,15 @@ def build_report(
                 put(f"sqnr_{slug}.png", sqnr_png)
     if widths and figures:
         put("weight_widths.png", weight_widths_png(widths))
-    reading_md, statements = reading_markdown(cells, means, diffs, widths, skipped, hold_error)
-    put("table2.md", table2_markdown(cells, means, skipped))
+    reading_md, statements = reading_markdown(cells, means, diffs, widths, skipped, hold_error, weight_bits)
+    put("table2.md", table2_markdown(cells, means, skipped, weight_bits))
     put("table2.csv", table2_csv(cells))
     put("table2_means.csv", means_csv(means))
     put("qat_vs_ptq.md", qat_markdown(diffs, skipped))
     put("qat_vs_ptq.csv", qat_csv(diffs))
     put("weights.md", weights_markdown(widths, skipped, unread))
     put("reading.md", reading_md)
-    report = Report(study_dir, out_dir, cells, means, diffs, widths, statements, skipped, unread, files)
+    report = Report(study_dir, out_dir, cells, means, diffs, weight_bits, widths, statements, skipped, unread, files)
     files.append(write_json(out_dir / "report.json", report_dict(report)))
     files.append(write_report_html(out_dir / "report.json", files))  # report.json and the figures in one page
     return report
@@ -221,6 +228,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "cells": [cell(c) for c in report.cells],
         "algo_means": [asdict(m) for m in report.algo_means],
         "qat_vs_ptq": [asdict(d) | {"verdict": d.verdict} for d in report.qat_vs_ptq],
+        "weight_bits": [asdict(w) | {"verdict": w.verdict} for w in report.weight_bits],
         "weights": [asdict(w) for w in report.widths],
         "reading": report.reading,
         "skipped": [asdict(s) for s in report.skipped],

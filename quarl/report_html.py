@@ -16,10 +16,10 @@ from typing import Any
 from nav_env.report_page import Figure, figures_by_name, read_report, write_page
 from quarl.config import env_slug
 from quarl.published import SEED_SOURCE
+from quarl.report_records import PRECISION_TITLES, PRECISIONS  # the columns of Table 2, as report.json names them
 
 PAGE = "report.html"
 TEMPLATE = "report.html.j2"
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # the columns of Table 2, as report.json names them
 # quarl.report's per-cell PNGs, NAME_<env slug>_<algo>.png, and their captions
 CELL_FIGURES = {
     "reward_vs_bits": "Mean return against bits, PTQ and QAT (bars: 95% t over seeds), fp32 dashed in its band.",
@@ -39,6 +39,7 @@ def write_report_html(report: Mapping[str, Any] | Path, pngs: Iterable[Path], ou
         TEMPLATE,
         data,
         precisions=PRECISIONS,
+        precision_titles=PRECISION_TITLES,
         seed_source=SEED_SOURCE,
         cell_figures=[cell_figures(c, figures) for c in data["cells"]],
         weight_widths=figures.get("weight_widths.png"),

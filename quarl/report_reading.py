@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from quarl.published import SEED_MEAN_ERRORS
-from quarl.report_records import AlgoMean, CellReport, CellWidth, PairedDiff, Skipped, Stat
+from quarl.report_records import AlgoMean, CellReport, CellWidth, PairedDiff, Skipped, Stat, WeightBitsDiff
 from quarl.report_tables import interval, num, pct, skipped_lines
 
 HOLD_ERROR_PCT = 10.0  # an n-bit policy "holds" its reward when its error vs fp32 is at most this
@@ -58,6 +58,35 @@ def reading_int8(cells: list[CellReport], means: list[AlgoMean]) -> list[str]:
             f"({'+' if diff >= 0 else '-'}{abs(diff):.2f} points){same_envs}; fp16: {pct(m.errors['fp16'])} "
             f"vs {pct(m.seed_errors[0])}."
         )
+    return out
+
+
+def reading_weight_bits(means: list[AlgoMean], diffs: list[WeightBitsDiff]) -> list[str]:
+    """What the 8th weight bit changes: each algorithm's mean int8 error at 8 and 7 bits beside the seed's,
+    and the cells where the paired test finds a difference."""
+    counted = [d for d in diffs if d.counted]
+    if not counted:
+        return ["- No counted cell has int8 with both 8-bit and 7-bit weights (`python -m quarl requantize` adds them)."]
+    out = []
+    for m in means:
+        if math.isnan(m.errors.get("int8-w7", math.nan)) or math.isnan(m.errors["int8"]):
+            continue
+        seed = f"; the seed's int8 {pct(m.seed_errors[1])}" if m.seed_errors else ""
+        out.append(
+            f"- {m.algo.upper()}: mean int8 error {pct(m.errors['int8'])} with 8-bit weights, {pct(m.errors['int8-w7'])} "
+            f"with 7-bit ({len(m.cells)} cell(s)){seed}."
+        )
+    decided = [d for d in counted if d.episodes_differ and d.wilcoxon_p < 0.05]
+    if decided:
+        out += [
+            f"- {d.env_id} {d.algo.upper()}: error {pct(d.error8.mean)} at 8 bits vs {pct(d.error7.mean)} at 7; {d.verdict}."
+            for d in decided
+        ]
+    out.append(
+        f"- Paired per cell: {len(decided)} of {len(counted)} counted cell(s) differ between 7- and 8-bit weights "
+        f"(Wilcoxon p < 0.05 over their paired episodes); in "
+        f"{sum(d.episodes_differ == 0 for d in counted)} every episode's return is the same."
+    )
     return out
 
 
@@ -166,6 +195,7 @@ def reading_markdown(
     widths: list[CellWidth],
     skipped: list[Skipped],
     hold: float,
+    weight_bits: list[WeightBitsDiff] = (),
 ) -> tuple[str, list[str]]:
     failed = [c.label for c in cells if not c.counted]
     statements: list[str] = []
@@ -178,7 +208,8 @@ def reading_markdown(
     if failed:
         head.append(f"Baseline failed (shown in the tables, not used here): {', '.join(failed)}.")
     sections = [
-        ("## int8 and fp16 error vs the seed", reading_int8(cells, means)),
+        ("## int8 and fp16 error vs the seed (int8: 8-bit weights, as the seed's)", reading_int8(cells, means)),
+        ("## 7 vs 8 weight bits (static int8)", reading_weight_bits(means, list(weight_bits))),
         (
             f"## Reward vs bits (the seed's QAT claim: holds to 5-6 bits, drops at 2-4; hold = error ≤ {hold:g}%)",
             reading_bits(cells, hold),

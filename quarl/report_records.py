@@ -11,8 +11,10 @@ from pathlib import Path
 from quarl.published import SeedRow
 from quarl.results import TrialResult
 
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # the ONNX policies of Table 2
+PRECISIONS = ("fp32", "fp16", "int8", "int8-w7", "int8-dynamic")  # the ONNX policies of Table 2
 QUANTIZED = PRECISIONS[1:]
+# Table 2's column titles: static int8 with 8-bit weights (the seed's int8) and with 7-bit weights (airq's u8s7)
+PRECISION_TITLES = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "int8-w7": "int8 w7", "int8-dynamic": "int8-dyn"}
 WEIGHT_BITS = [8, 4]  # histogram grid (the smallest) and SQNR bit widths of the weight figures
 
 
@@ -129,6 +131,32 @@ class PairedDiff:
         if high < 0:
             return f"PTQ better ({basis} excludes 0)"
         return f"no clear difference ({basis} contains 0)"
+
+
+@dataclass(frozen=True)
+class WeightBitsDiff:
+    """Static int8 with 8-bit against 7-bit weights (the same calibration, the same episodes) for one cell."""
+
+    env_id: str
+    algo: str
+    counted: bool
+    error8: Stat  # over seeds: error % of int8 (8-bit weights)
+    error7: Stat  # over seeds: error % of int8-w7 (7-bit weights)
+    seeds: Stat  # over seeds of (8-bit mean return - 7-bit mean return)
+    episodes: int  # paired episodes pooled over the seeds
+    episodes_differ: int  # of them, episodes whose returns differ
+    wilcoxon_p: float  # Wilcoxon signed-rank test of the pooled paired differences (1.0 when none differ)
+    seed_error_int8: float  # the seed's int8 error for this cell (NaN where it has none)
+
+    @property
+    def verdict(self) -> str:
+        if self.episodes == 0:
+            return "undecided (no paired episodes)"
+        if self.episodes_differ == 0:
+            return "identical returns in every episode"
+        if self.wilcoxon_p >= 0.05:
+            return f"no clear difference (Wilcoxon p = {self.wilcoxon_p:.2g})"
+        return f"{'8' if self.seeds.mean > 0 else '7'}-bit weights score higher (Wilcoxon p = {self.wilcoxon_p:.2g})"
 
 
 @dataclass(frozen=True)

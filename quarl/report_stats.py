@@ -25,6 +25,7 @@ from quarl.report_records import (
     Skipped,
     Stat,
     Trial,
+    WeightBitsDiff,
     algo_order,
 )
 from quarl.results import PTQ, QAT, TrialResult, error_percent
@@ -203,6 +204,46 @@ def paired_qat_ptq(trials: list[TrialResult], counted: bool, bits: int) -> Paire
     if not seed_diffs:
         return None
     return PairedDiff(trials[0].env_id, trials[0].algo, bits, counted, stat(seed_diffs), per_seed)
+
+
+def weight_bits_diff(trials: list[TrialResult], counted: bool) -> WeightBitsDiff | None:
+    """int8 (8-bit weights) against int8-w7 (7-bit) for one cell's (used) trials, paired by seed and episode."""
+    seed_diffs: list[float] = []
+    errors8: list[float] = []
+    errors7: list[float] = []
+    episode_diffs: list[np.ndarray] = []
+    for t in sorted(trials, key=lambda t: t.seed):
+        fp32, eight, seven = (_onnx_mean(t, n) for n in ("fp32", "int8", "int8-w7"))
+        if fp32 is None or eight is None or seven is None:
+            continue
+        seed_diffs.append(eight - seven)
+        errors8.append(error_percent(fp32, eight))
+        errors7.append(error_percent(fp32, seven))
+        a, b = t.policy("int8").returns, t.policy("int8-w7").returns
+        if len(a) == len(b):  # the same seeded episodes
+            episode_diffs.append(np.asarray(a, float) - np.asarray(b, float))
+    if not seed_diffs:
+        return None
+    diffs = np.concatenate(episode_diffs) if episode_diffs else np.zeros(0)
+    differ = int(np.count_nonzero(diffs))
+    p = 1.0
+    if differ:
+        from scipy.stats import wilcoxon
+
+        p = float(wilcoxon(diffs[diffs != 0]).pvalue)
+    row = seed_row(trials[0].env_id, trials[0].algo)
+    return WeightBitsDiff(
+        trials[0].env_id,
+        trials[0].algo,
+        counted,
+        stat(errors8),
+        stat(errors7),
+        stat(seed_diffs),
+        len(diffs),
+        differ,
+        p,
+        row.error_int8 if row is not None else math.nan,
+    )
 
 
 def _finite_mean(values: Iterable[float]) -> float:

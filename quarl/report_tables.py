@@ -15,6 +15,7 @@ from typing import Any
 from quarl.config import env_slug
 from quarl.published import SEED_SOURCE
 from quarl.report_records import (
+    PRECISION_TITLES,
     PRECISIONS,
     QUANTIZED,
     WEIGHT_BITS,
@@ -24,6 +25,7 @@ from quarl.report_records import (
     PairedDiff,
     Skipped,
     Stat,
+    WeightBitsDiff,
 )
 
 MISSING = "—"
@@ -101,7 +103,9 @@ def baseline_text(c: CellReport) -> str:
     return f"{c.status} (gate ≥ {num(c.threshold)})"
 
 
-def table2_markdown(cells: list[CellReport], means: list[AlgoMean], skipped: list[Skipped]) -> str:
+def table2_markdown(
+    cells: list[CellReport], means: list[AlgoMean], skipped: list[Skipped], weight_bits: list[WeightBitsDiff] = ()
+) -> str:
     lines = [
         "# Table 2: reward of the fp32, fp16, int8 (static) and int8-dynamic policies",
         "",
@@ -111,10 +115,14 @@ def table2_markdown(cells: list[CellReport], means: list[AlgoMean], skipped: lis
         "scored higher). A seed whose fp32 policy failed its baseline gate is left out of its cell; a cell with",
         "no passing seed is shown over all its seeds, marked **baseline failed**, and left out of the means below.",
         f"Seed: {SEED_SOURCE} (fp32 / fp16 / int8, and its errors computed from them); {MISSING}: not in the seed's table.",
+        "int8: static, 8-bit weights (s8s8: int8 activations x int8 weights in [-127, 127], as the seed's int8);",
+        "int8 w7: the same calibration with 7-bit weights (u8s7: uint8 activations x weights in [-64, 64], airq's",
+        "shipped scheme); int8-dyn: weights int8 in [-64, 64], activations quantized per call. Each computes the same",
+        "integers on AVX2, VNNI and Arm (firmware_bridge.int8_kernels), so no column depends on the CPU.",
         "",
     ]
     header = ["env", "algo", "seeds (n used)", "baseline"]
-    header += ["fp32", "fp16", "int8", "int8-dyn", "err fp16", "err int8", "err int8-dyn"]
+    header += [PRECISION_TITLES[p] for p in PRECISIONS] + [f"err {PRECISION_TITLES[p]}" for p in QUANTIZED]
     header += ["seed fp32 / fp16 / int8", "seed err fp16 / int8"]
     rows = []
     for c in cells:
@@ -156,6 +164,7 @@ def table2_markdown(cells: list[CellReport], means: list[AlgoMean], skipped: lis
         "fp16 ours",
         "fp16 seed",
         "int8 ours",
+        "int8 w7 ours",
         "int8 seed",
         "int8-dyn ours",
         "seed, same envs: fp16 / int8",
@@ -175,14 +184,51 @@ def table2_markdown(cells: list[CellReport], means: list[AlgoMean], skipped: lis
                 pct(m.errors["fp16"]),
                 pct(seed16),
                 pct(m.errors["int8"]),
+                pct(m.errors["int8-w7"]),
                 pct(seed8),
                 pct(m.errors["int8-dynamic"]),
                 same,
             ]
         )
     lines += md_table(header, rows) if rows else ["No cell passed its baseline: no means."]
+    lines += weight_bits_lines(weight_bits)
     lines += skipped_lines(skipped)
     return "\n".join(lines) + "\n"
+
+
+def weight_bits_lines(diffs: Iterable[WeightBitsDiff]) -> list[str]:
+    diffs = list(diffs)
+    if not diffs:
+        return []
+    lines = [
+        "",
+        "## 7 vs 8 weight bits (static int8, paired)",
+        "",
+        "The same trained fp32 policy, calibration observations and evaluation episodes, quantized with 8-bit",
+        "weights (int8) and 7-bit weights (int8 w7). Errors as in Table 2 (mean ± sd over the used seeds);",
+        "8-bit - 7-bit: the difference of the seeds' mean returns, mean over seeds with its 95% t interval;",
+        "verdict: Wilcoxon signed-rank test (scipy.stats.wilcoxon) of the paired episode returns pooled over the",
+        "seeds (episodes with equal returns dropped).",
+        "",
+    ]
+    header = ["env", "algo", "baseline", "err int8 (8-bit)", "err int8 w7 (7-bit)", "seed err int8"]
+    header += ["8-bit - 7-bit return", "95% t (seeds)", "paired episodes (differ)", "verdict"]
+    rows = [
+        [
+            d.env_id,
+            d.algo.upper(),
+            "ok" if d.counted else "**baseline failed**",
+            pm(d.error8, pct),
+            pm(d.error7, pct),
+            pct(d.seed_error_int8),
+            f"{num(d.seeds.mean)} (n={d.seeds.n})",
+            interval(d.seeds, num),
+            f"{d.episodes} ({d.episodes_differ})",
+            d.verdict,
+        ]
+        for d in diffs
+    ]
+    return lines + md_table(header, rows)
 
 
 TABLE2_CSV_HEADER = [
@@ -248,6 +294,7 @@ def means_csv(means: list[AlgoMean]) -> str:
         "cells",
         "err_fp16_pct",
         "err_int8_pct",
+        "err_int8_w7_pct",
         "err_int8_dynamic_pct",
         "seed_err_fp16_pct",
         "seed_err_int8_pct",
@@ -264,6 +311,7 @@ def means_csv(means: list[AlgoMean]) -> str:
                 " ".join(m.cells),
                 m.errors["fp16"],
                 m.errors["int8"],
+                m.errors["int8-w7"],
                 m.errors["int8-dynamic"],
                 s16,
                 s8,

@@ -61,7 +61,7 @@ def test_every_policy_is_evaluated_and_its_files_are_what_they_claim(cartpole):
     assert [p.name for p in result.policies] == ALL_POLICIES
     methods = {p.name: p.method for p in result.policies}
     assert methods == {**dict.fromkeys(ONNX_NAMES, ONNX), "ptq-8bit": PTQ, "ptq-4bit": PTQ, "qat-4bit": QAT}
-    assert [p.bits for p in result.policies] == [32, 16, 8, 8, 8, 4, 4]
+    assert [p.bits for p in result.policies] == [32, 16, 8, 7, 8, 8, 4, 4]
     for p in result.policies:
         # CartPole pays 1 per step: an episode's return is its length, a whole number >= 1
         assert len(p.returns) == CARTPOLE.eval_episodes, p.name
@@ -72,10 +72,22 @@ def test_every_policy_is_evaluated_and_its_files_are_what_they_claim(cartpole):
         policy = load_policy(path, expected_obs_dim=4)  # the airq policy contract: obs -> action, logits
         assert policy.n_actions == 2, name
         meta = policy.metadata
-        assert meta["airq.precision"] == name and meta["airq.env_id"] == "CartPole-v1" and meta["airq.algo"] == "ppo"
+        precision = "int8" if name == "int8-w7" else name
+        assert meta["airq.precision"] == precision and meta["airq.env_id"] == "CartPole-v1" and meta["airq.algo"] == "ppo"
         assert result.policy(name).detail["bytes"] == path.stat().st_size
     static, dynamic, fp32 = _ops(files["int8"]), _ops(files["int8-dynamic"]), _ops(files["fp32"])
     assert static["QGemm"] == 2 and static["Gemm"] == 1, static  # two hidden layers int8, the logits layer float
+    assert _ops(files["int8-w7"]) == static
+    # the weights' bits are what the names say, read from the files' integers: 8-bit weights reach +-127 in some
+    # channel (per-channel scales put each channel's largest weight at the top code), 7-bit ones stop at +-64
+    from quantize.inspect_model import int8_scheme_from_weights
+
+    schemes = {n: int8_scheme_from_weights(onnx.load(str(files[n]))) for n in ("int8", "int8-w7", "int8-dynamic")}
+    assert schemes["int8"]["scheme"] == "s8s8" and schemes["int8"]["largest_weight_code"] == 127, schemes
+    assert schemes["int8-w7"]["scheme"] == "u8s7" and schemes["int8-w7"]["largest_weight_code"] <= 64, schemes
+    assert schemes["int8-dynamic"]["largest_weight_code"] <= 64, schemes
+    for name, scheme in (("int8", "s8s8"), ("int8-w7", "u8s7"), ("int8-dynamic", "u8s7")):
+        assert result.policy(name).detail["scheme"] == load_policy(files[name]).metadata["airq.quant.scheme"] == scheme
     assert dynamic["MatMulInteger"] == 3 and "Gemm" not in dynamic, dynamic  # the seed's: every layer's weights
     assert not {"QGemm", "MatMulInteger", "QuantizeLinear"} & set(fp32), fp32
     assert files["fp16"].stat().st_size < 0.75 * files["fp32"].stat().st_size
@@ -400,3 +412,50 @@ def test_every_cell_the_zoo_knows_has_a_baseline_gate():
             continue
         value, source, threshold = published.baseline_gate(env_id, algo)
         assert math.isfinite(value) and math.isfinite(threshold) and source, (env_id, algo)
+
+
+# ------------------------------------------------------------------------------------------------ requantize
+def test_requantize_rebuilds_the_static_int8_files_without_training(cartpole, tmp_path):
+    """A study from before the 7-bit-weight file existed (its int8-w7 taken out of a copy of the trial) gets it
+    from the kept fp32.onnx and calibration observations: the same bytes and the same returns as the full
+    pipeline made, put back into trial.json and the onnx stage in Table 2's order; the model is never loaded
+    for training (model.zip is gone from the copy)."""
+    import json
+
+    from quarl.requantize import requantize_study
+
+    trial_dir, result = cartpole
+    study = tmp_path / "study"
+    copy_dir = study / "trials" / CARTPOLE.name
+    shutil.copytree(trial_dir, copy_dir)
+    (copy_dir / "model.zip").unlink()
+    (copy_dir / "int8-w7.onnx").unlink()
+    for record in (copy_dir / "trial.json", copy_dir / "stages" / "onnx.json"):
+        d = json.loads(record.read_text())
+        d["policies"] = [p for p in d["policies"] if p["name"] != "int8-w7"]
+        record.write_text(json.dumps(d))
+    rows = [{"name": CARTPOLE.name, "status": "done", "spec": CARTPOLE.to_dict()}]
+    rows.append({"name": "unfinished_one", "status": "unfinished", "spec": dataclasses.replace(CARTPOLE, seed=9).to_dict()})
+    (study / "study.json").write_text(json.dumps({"trials": rows}))
+
+    results = requantize_study(study, ("int8-w7",), workers=1, progress=False)
+    assert sorted(r.status for r in results) == ["done", "unfinished"]
+    assert _sha(copy_dir / "int8-w7.onnx") == _sha(trial_dir / "int8-w7.onnx")
+    again = TrialResult.load(copy_dir / "trial.json")
+    assert [p.name for p in again.policies] == ALL_POLICIES
+    assert again.policy("int8-w7") == dataclasses.replace(result.policy("int8-w7"), seconds=again.policy("int8-w7").seconds)
+    onnx_stage = json.loads((copy_dir / "stages" / "onnx.json").read_text())
+    assert [p["name"] for p in onnx_stage["policies"]] == list(ONNX_NAMES)
+
+
+def test_requantize_says_what_is_wrong_in_one_line(tmp_path):
+    from quarl.errors import QuarlError
+    from quarl.requantize import requantize_study
+
+    with pytest.raises(QuarlError, match="no study.json"):
+        requantize_study(tmp_path)
+    (tmp_path / "study.json").write_text("{}")
+    with pytest.raises(QuarlError, match="not a study record"):
+        requantize_study(tmp_path)
+    with pytest.raises(QuarlError, match="--targets must be among"):
+        requantize_study(tmp_path, ("int4",))

@@ -5,6 +5,7 @@ flips them, and bad trial files against one-line errors."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import sys
@@ -56,7 +57,8 @@ def write_main_study(study: Path, models: dict[str, Path]) -> None:
         t = make_trial("CartPole-v1", "ppo", s, fp32, {"fp16": 500, "int8": int8, "int8-dynamic": 495}, ptq, qat)
         write_trial(study, t, models["mlp"])
     for s, (fp32, int8) in enumerate([(480, 400), (490, 392)]):
-        t = make_trial("CartPole-v1", "dqn", s, fp32, {"fp16": 480, "int8": int8, "int8-dynamic": 470}, ptq, qat)
+        onnx = {"fp16": 480, "int8": int8, "int8-w7": int8 - 50, "int8-dynamic": 470}
+        t = make_trial("CartPole-v1", "dqn", s, fp32, onnx, ptq, qat)
         write_trial(study, t, models["wide"])
     for s, fp32 in enumerate([500, 490, 300]):  # seed 2: 300 < 475, left out
         t = make_trial("CartPole-v1", "a2c", s, fp32, {"fp16": 495, "int8": 485, "int8-dynamic": 490}, ptq, qat)
@@ -447,3 +449,52 @@ def test_stat():
     assert (s.mean, s.std, s.n) == (2.0, 1.0, 3)
     one = stat([4.0])
     assert one.n == 1 and math.isnan(one.std) and one.interval == (4.0, 4.0)
+
+
+# ------------------------------------------------------------------------------------------------ 7 vs 8 weight bits
+
+
+def test_seven_vs_eight_weight_bits_paired(tmp_path):
+    """Two seeds of CartPole DQN where 7-bit weights lose every episode against 8-bit, and PPO where both are the
+    same in every episode: errors, the paired difference, the Wilcoxon test and the reading, by hand."""
+    from scipy.stats import wilcoxon
+
+    study = tmp_path / "s"
+    eight = {0: [500.0, 490.0, 480.0, 470.0], 1: [500.0, 500.0, 495.0, 485.0]}
+    seven = {0: [300.0, 250.0, 200.0, 150.0], 1: [400.0, 380.0, 360.0, 340.0]}
+    for s in (0, 1):
+        returns = {"int8": eight[s], "int8-w7": seven[s]}
+        means = {"int8": float(np.mean(eight[s])), "int8-w7": float(np.mean(seven[s]))}
+        write_trial(study, make_trial("CartPole-v1", "dqn", s, 500, means, episode_returns=returns))
+        write_trial(study, make_trial("CartPole-v1", "ppo", s, 500, {"int8": 495, "int8-w7": 495}))
+    report = build_report(study, figures=False, warn=quiet)
+    dqn, ppo = sorted(report.weight_bits, key=lambda d: d.algo)
+    assert dqn.error8.mean == pytest.approx(np.mean([error_percent(500, 485), error_percent(500, 495)]))
+    assert dqn.error7.mean == pytest.approx(np.mean([error_percent(500, 225), error_percent(500, 370)]))
+    assert dqn.seeds.mean == pytest.approx(np.mean([485 - 225, 495 - 370])) and dqn.seeds.n == 2
+    diffs = np.concatenate([np.subtract(eight[s], seven[s]) for s in (0, 1)])
+    assert (dqn.episodes, dqn.episodes_differ) == (8, 8)
+    assert dqn.wilcoxon_p == pytest.approx(wilcoxon(diffs).pvalue) and dqn.wilcoxon_p < 0.05
+    assert dqn.verdict.startswith("8-bit weights score higher")
+    assert dqn.seed_error_int8 == pytest.approx(seed_row("CartPole-v1", "dqn").error_int8)
+    assert (ppo.episodes_differ, ppo.wilcoxon_p, ppo.verdict) == (0, 1.0, "identical returns in every episode")
+
+    table = (study / "table2.md").read_text()
+    assert "## 7 vs 8 weight bits (static int8, paired)" in table
+    assert "| int8 | int8 w7 | int8-dyn |" in table
+    means = {row["algo"]: row for row in csv.DictReader(io.StringIO((study / "table2_means.csv").read_text()))}
+    assert float(means["dqn"]["err_int8_w7_pct"]) == pytest.approx(dqn.error7.mean)
+    reading = (study / "reading.md").read_text()
+    assert f"DQN: mean int8 error +{dqn.error8.mean:.2f}% with 8-bit weights, +{dqn.error7.mean:.2f}% with 7-bit" in reading
+    assert "1 of 2 counted cell(s) differ between 7- and 8-bit weights" in reading
+    saved = json.loads((study / "report.json").read_text())["weight_bits"]
+    assert [w["verdict"] for w in saved] == [d.verdict for d in report.weight_bits]
+
+
+def test_a_study_without_seven_bit_files_says_how_to_get_them(tmp_path):
+    study = tmp_path / "s"
+    write_trial(study, make_trial("CartPole-v1", "ppo", 0, 500, {"fp16": 500, "int8": 490, "int8-dynamic": 495}))
+    report = build_report(study, figures=False, warn=quiet)
+    assert report.weight_bits == []
+    assert "`python -m quarl requantize` adds them" in (study / "reading.md").read_text()
+    assert "| int8 w7 |" in (study / "table2.md").read_text()  # the column is there, empty (—)
