@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scheme",
         choices=tuple(INT8_SCHEMES),
         default=STATIC.scheme,
-        help="int8 activation x weight types; u8s7 (weights in [-64, 64]) is exact on every CPU, u8s8 saturates "
-        "on x86 without VNNI (docs/quantize.md)",
+        help="int8 activation x weight types; u8s7 (weights in [-64, 64]) and s8s8 (8-bit weights, no fast x86 "
+        "kernel) are exact on every CPU, u8s8 saturates on x86 without VNNI (docs/quantize.md)",
     )
     q.add_argument("--quantize-logits", action="store_true", help="also quantize the last layer (not advised)")
     q.add_argument("--calibrate-method", choices=("minmax", "percentile"), default=STATIC.calibrate_method)

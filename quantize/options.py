@@ -22,12 +22,14 @@ class Int8Scheme:
 
 # Measured on Policies I-III (docs/quantize.md, "Int8 that computes the same on every CPU"). u8s7: uint8
 # activations x int8 weights in [-64, 64]; every pair of products fits the 16-bit sums of the AVX2 U8S8
-# kernel (2 x 255 x 64 = 32,640), so the file computes the same integers on AVX2, VNNI and Arm.
+# kernel (2 x 255 x 64 = 32,640), so the file computes the same integers on AVX2, VNNI and Arm. s8s8 keeps
+# 8-bit weights and is exact everywhere too (onnxruntime's S8S8 kernels widen before adding), computing u8s8's
+# integers, but without a fast x86 kernel (5x slower than u8s7 at batch 1 on Policy I).
 INT8_SCHEMES = {
     "u8s7": Int8Scheme("QUInt8", "QInt8", True, "activations uint8, weights int8 in [-64, 64] (7-bit range)"),
     "u8s8": Int8Scheme("QUInt8", "QInt8", False, "activations uint8, weights int8 in [-127, 127]"),
     "u8u8": Int8Scheme("QUInt8", "QUInt8", False, "activations uint8, weights uint8 with zero point"),
-    "s8s8": Int8Scheme("QInt8", "QInt8", False, "activations int8, weights int8 in [-127, 127]"),
+    "s8s8": Int8Scheme("QInt8", "QInt8", False, "activations int8, weights int8 in [-127, 127] (8-bit range)"),
 }
 
 

@@ -5,21 +5,10 @@
 # Writes models/*_int8.onnx, *_int8-dynamic.onnx and their cards; candidates, evaluations (1000 paired
 # episodes per level) and benchmarks go to out/int8-schemes/.
 set -euo pipefail
-PY=${PY:-.venv/bin/python}
 OUT=out/int8-schemes
 mkdir -p "$OUT"
-PTQ="--calibration-episodes 100 --heldout-episodes 50"
+source "$(dirname "$0")/int8_recipe.sh"  # PY, PTQ, shipped_flags
 
-# The shipped recipe per policy: u8s7 everywhere, with per-channel weights and the float split sum (the
-# defaults), except Policy III: per-tensor there is 22% faster at batch 1 with the same success and
-# 99.90% agreement (per-channel: 99.78%). On Policies I and II per-tensor u8s7 cost agreement (I: 98.0%)
-# or success on `hard` (II: -1.7 points, p = 0.008; per-channel +0.8).
-shipped_flags() {
-  case $1 in
-    policy3) echo "--no-per-channel --no-float-split-sum";;
-    *) echo "";;
-  esac
-}
 # The previous artifacts' recipe (full-range int8 weights: saturates on x86 without VNNI).
 old_flags() {
   case $1 in

@@ -6,18 +6,9 @@
 # Writes out/weight-bits/: the s8s8 files, evaluations (1000 paired episodes per level, u8s7 first so every
 # paired difference is against it), a benchmark per policy and weight_bits.md (the table, from those files).
 set -euo pipefail
-PY=${PY:-.venv/bin/python}
 OUT=out/weight-bits
 mkdir -p "$OUT"
-PTQ="--calibration-episodes 100 --heldout-episodes 50"
-
-# the shipped recipe per policy (scripts/int8_schemes.sh): Policy III per-tensor, the rest per-channel + float split sum
-shipped_flags() {
-  case $1 in
-    policy3) echo "--no-per-channel --no-float-split-sum";;
-    *) echo "";;
-  esac
-}
+source "$(dirname "$0")/int8_recipe.sh"  # PY, PTQ, shipped_flags
 
 POLICIES="${*:-policy1 policy1_hard policy2 policy2_hard policy3}"
 for P in $POLICIES; do
