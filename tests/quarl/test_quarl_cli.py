@@ -119,3 +119,26 @@ def test_parse_config_accepts_every_known_kind_of_cell():
     assert config.trial.quantize_failed_baselines is False and all(
         not t.quantize_failed_baselines for t in config.trials()
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "no study.json (not a `quarl run` output directory)"),
+        (["--targets", "int4"], "--targets must be among fp16, int8, int8-w7, int8-dynamic, got int4"),
+    ],
+)
+def test_requantize_bad_input_is_one_line(tmp_path, args, says):
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    (tmp_path / "study").mkdir()
+    if args:
+        (tmp_path / "study" / "study.json").write_text('{"trials": []}')
+    done = subprocess.run(
+        [sys.executable, "-m", "quarl", "requantize", str(tmp_path / "study"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert says in _one_line_error(done)
