@@ -89,7 +89,9 @@ def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, 
             model = quantize_static_int8(src, calibration_obs, opts)
             meta = {"airq.precision": "int8", "airq.quant.scheme": opts.scheme}
         elif target == "int8-dynamic":
-            model = quantize_dynamic_int8(src, keep_last_layer_fp32=False, scheme=DYNAMIC_SCHEME)  # every layer's weights
+            model = quantize_dynamic_int8(
+                src, keep_last_layer_fp32=False, scheme=DYNAMIC_SCHEME
+            )  # every layer's weights
             meta["airq.quant.scheme"] = DYNAMIC_SCHEME
         else:
             raise QuarlError(f"unknown PTQ target {target!r}")

@@ -176,7 +176,9 @@ class Trial:
         self.stages.record("onnx", {"policies": [asdict(e) for e in evals], "calibration_obs": calibration_obs})
         return evals
 
-    def evaluate_files(self, files: dict[str, tuple[Path, float]], fp32_returns: list[float] | None) -> list[PolicyEval]:
+    def evaluate_files(
+        self, files: dict[str, tuple[Path, float]], fp32_returns: list[float] | None
+    ) -> list[PolicyEval]:
         """A PolicyEval per ONNX file {name: (path, seconds to build)} on the trial's episodes."""
         from quarl.export import DYNAMIC_SCHEME, STATIC_SCHEMES
 
@@ -215,7 +217,9 @@ class Trial:
             onnx = [by_name[n] for n in onnx_order if n in by_name and by_name[n].method == ONNX]
             return onnx + [p for p in old if p.name not in onnx_order]
 
-        self.stages.record("onnx", done | {"policies": [asdict(p) for p in merged([PolicyEval(**p) for p in done["policies"]])]})
+        self.stages.record(
+            "onnx", done | {"policies": [asdict(p) for p in merged([PolicyEval(**p) for p in done["policies"]])]}
+        )
         trial_json = self.dir / "trial.json"
         if trial_json.is_file():
             result = TrialResult.load(trial_json)

@@ -70,9 +70,9 @@ from quarl.report_stats import (
     load_trial,
     load_trials,
     paired_qat_ptq,
-    weight_bits_diff,
     stat,
     summarize_cell,
+    weight_bits_diff,
 )
 from quarl.report_tables import (
     means_csv,

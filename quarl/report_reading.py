@@ -5,6 +5,7 @@ ranges vs int8 error)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from quarl.published import SEED_MEAN_ERRORS
 from quarl.report_records import AlgoMean, CellReport, CellWidth, PairedDiff, Skipped, Stat, WeightBitsDiff
@@ -66,7 +67,9 @@ def reading_weight_bits(means: list[AlgoMean], diffs: list[WeightBitsDiff]) -> l
     and the cells where the paired test finds a difference."""
     counted = [d for d in diffs if d.counted]
     if not counted:
-        return ["- No counted cell has int8 with both 8-bit and 7-bit weights (`python -m quarl requantize` adds them)."]
+        return [
+            "- No counted cell has int8 with both 8-bit and 7-bit weights (`python -m quarl requantize` adds them)."
+        ]
     out = []
     for m in means:
         if math.isnan(m.errors.get("int8-w7", math.nan)) or math.isnan(m.errors["int8"]):
@@ -195,7 +198,7 @@ def reading_markdown(
     widths: list[CellWidth],
     skipped: list[Skipped],
     hold: float,
-    weight_bits: list[WeightBitsDiff] = (),
+    weight_bits: Sequence[WeightBitsDiff] = (),
 ) -> tuple[str, list[str]]:
     failed = [c.label for c in cells if not c.counted]
     statements: list[str] = []

@@ -104,7 +104,7 @@ def baseline_text(c: CellReport) -> str:
 
 
 def table2_markdown(
-    cells: list[CellReport], means: list[AlgoMean], skipped: list[Skipped], weight_bits: list[WeightBitsDiff] = ()
+    cells: list[CellReport], means: list[AlgoMean], skipped: list[Skipped], weight_bits: Sequence[WeightBitsDiff] = ()
 ) -> str:
     lines = [
         "# Table 2: reward of the fp32, fp16, int8 (static) and int8-dynamic policies",

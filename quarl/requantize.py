@@ -77,7 +77,9 @@ def requantize_study(
             try:
                 result = future.result()
             except Exception as e:  # one trial's failure is reported; the others go on
-                result = Requantized(todo[number - 1][0].name, f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                result = Requantized(
+                    todo[number - 1][0].name, f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                )
             results.append(result)
             if progress:
                 print(f"[{number}/{len(todo)}] {result.line()}", flush=True)

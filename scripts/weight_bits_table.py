@@ -37,15 +37,23 @@ def main(out: Path, policies: list[str]) -> str:
     ]
     host = ""
     for policy in policies:
-        cells = [policy, f"{agreement(Path('models') / f'{policy}_int8.onnx')} / {agreement(out / f'{policy}_s8s8.onnx')}"]
+        cells = [
+            policy,
+            f"{agreement(Path('models') / f'{policy}_int8.onnx')} / {agreement(out / f'{policy}_s8s8.onnx')}",
+        ]
         for level in ("default", "hard"):
             cells += success_cells(json.loads((out / f"{policy}_{level}.json").read_text()), policy, out)
         bench = json.loads((out / f"{policy}_bench.json").read_text())
         host = bench[0]["host"]
         cells.append(" / ".join(f"{row['p50_us']:.0f}" for row in bench))
         lines.append("| " + " | ".join(cells) + " |")
-    episodes = "1000 paired episodes per level (seeds 0..999); held-out agreement on 50 episodes per level (seeds 3000000..)"
-    return "\n".join(lines) + f"\n\n7-bit: the shipped u8s7 file; 8-bit: s8s8, same recipe. {episodes}.\nMeasured on {host}.\n"
+    episodes = (
+        "1000 paired episodes per level (seeds 0..999); held-out agreement on 50 episodes per level (seeds 3000000..)"
+    )
+    return (
+        "\n".join(lines)
+        + f"\n\n7-bit: the shipped u8s7 file; 8-bit: s8s8, same recipe. {episodes}.\nMeasured on {host}.\n"
+    )
 
 
 if __name__ == "__main__":

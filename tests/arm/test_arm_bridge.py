@@ -156,7 +156,9 @@ def test_s8s8_is_exact_on_the_pi_cores(arm_stack, policies, recorded_obs, tmp_pa
     )
     record([model], recorded_obs[:500], out / "native.npz")
     stack = prepare(cpu=cpu)
-    probe_code = "import json; from firmware_bridge.int8_kernels import run_probe; print(json.dumps(run_probe().as_dict()))"
+    probe_code = (
+        "import json; from firmware_bridge.int8_kernels import run_probe; print(json.dumps(run_probe().as_dict()))"
+    )
     r = subprocess.run(stack.python_command(["-c", probe_code]), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     probe = json.loads(r.stdout)

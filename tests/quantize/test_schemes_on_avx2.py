@@ -85,14 +85,18 @@ def test_emulated_avx2_computes_the_schemes_as_its_probe_says(scheme_files):
     models, _, recording = scheme_files
     probe = json.loads(
         _haswell(
-            qemu, "-c", "import json; from firmware_bridge.int8_kernels import run_probe; print(json.dumps(run_probe().as_dict()))"
+            qemu,
+            "-c",
+            "import json; from firmware_bridge.int8_kernels import run_probe; print(json.dumps(run_probe().as_dict()))",
         )
     )
     assert probe["error"] is None
     assert (probe["u8s8_exact"], probe["u8s7_exact"], probe["s8s8_exact"]) == (False, True, True), probe
     assert probe["kind"] == "saturating U8S8"
 
-    check = json.loads(_haswell(qemu, "-m", "firmware_bridge.outputs", "check", str(recording), "--models", str(models), "--json"))
+    check = json.loads(
+        _haswell(qemu, "-m", "firmware_bridge.outputs", "check", str(recording), "--models", str(models), "--json")
+    )
     assert not check["missing"]
     got = {p["name"].removeprefix("policy1_").removesuffix(".onnx"): p for p in check["policies"]}
     assert set(got) == set(SCHEMES)

@@ -73,7 +73,9 @@ def test_every_policy_is_evaluated_and_its_files_are_what_they_claim(cartpole):
         assert policy.n_actions == 2, name
         meta = policy.metadata
         precision = "int8" if name == "int8-w7" else name
-        assert meta["airq.precision"] == precision and meta["airq.env_id"] == "CartPole-v1" and meta["airq.algo"] == "ppo"
+        assert (
+            meta["airq.precision"] == precision and meta["airq.env_id"] == "CartPole-v1" and meta["airq.algo"] == "ppo"
+        )
         assert result.policy(name).detail["bytes"] == path.stat().st_size
     static, dynamic, fp32 = _ops(files["int8"]), _ops(files["int8-dynamic"]), _ops(files["fp32"])
     assert static["QGemm"] == 2 and static["Gemm"] == 1, static  # two hidden layers int8, the logits layer float
@@ -435,7 +437,9 @@ def test_requantize_rebuilds_the_static_int8_files_without_training(cartpole, tm
         d["policies"] = [p for p in d["policies"] if p["name"] != "int8-w7"]
         record.write_text(json.dumps(d))
     rows = [{"name": CARTPOLE.name, "status": "done", "spec": CARTPOLE.to_dict()}]
-    rows.append({"name": "unfinished_one", "status": "unfinished", "spec": dataclasses.replace(CARTPOLE, seed=9).to_dict()})
+    rows.append(
+        {"name": "unfinished_one", "status": "unfinished", "spec": dataclasses.replace(CARTPOLE, seed=9).to_dict()}
+    )
     (study / "study.json").write_text(json.dumps({"trials": rows}))
 
     results = requantize_study(study, ("int8-w7",), workers=1, progress=False)
@@ -443,7 +447,9 @@ def test_requantize_rebuilds_the_static_int8_files_without_training(cartpole, tm
     assert _sha(copy_dir / "int8-w7.onnx") == _sha(trial_dir / "int8-w7.onnx")
     again = TrialResult.load(copy_dir / "trial.json")
     assert [p.name for p in again.policies] == ALL_POLICIES
-    assert again.policy("int8-w7") == dataclasses.replace(result.policy("int8-w7"), seconds=again.policy("int8-w7").seconds)
+    assert again.policy("int8-w7") == dataclasses.replace(
+        result.policy("int8-w7"), seconds=again.policy("int8-w7").seconds
+    )
     onnx_stage = json.loads((copy_dir / "stages" / "onnx.json").read_text())
     assert [p["name"] for p in onnx_stage["policies"]] == list(ONNX_NAMES)
 

@@ -485,7 +485,10 @@ def test_seven_vs_eight_weight_bits_paired(tmp_path):
     means = {row["algo"]: row for row in csv.DictReader(io.StringIO((study / "table2_means.csv").read_text()))}
     assert float(means["dqn"]["err_int8_w7_pct"]) == pytest.approx(dqn.error7.mean)
     reading = (study / "reading.md").read_text()
-    assert f"DQN: mean int8 error +{dqn.error8.mean:.2f}% with 8-bit weights, +{dqn.error7.mean:.2f}% with 7-bit" in reading
+    assert (
+        f"DQN: mean int8 error +{dqn.error8.mean:.2f}% with 8-bit weights, +{dqn.error7.mean:.2f}% with 7-bit"
+        in reading
+    )
     assert "1 of 2 counted cell(s) differ between 7- and 8-bit weights" in reading
     saved = json.loads((study / "report.json").read_text())["weight_bits"]
     assert [w["verdict"] for w in saved] == [d.verdict for d in report.weight_bits]
