@@ -65,6 +65,7 @@ class PeerState:
     setpoints: list[Setpoint] = field(default_factory=list)
     heartbeats_from_companion: list[tuple[int, int, int]] = field(default_factory=list)  # (component, type, autopilot)
     commands: list[tuple[int, int]] = field(default_factory=list)  # (command, result)
+    modes: list[str] = field(default_factory=list)  # every mode a command set, in order
     errors: list[str] = field(default_factory=list)
 
 
@@ -245,6 +246,7 @@ class AutopilotPeer:
             if mode is None:
                 return MAV.MAV_RESULT_DENIED
             s.mode = mode
+            s.modes.append(mode)
             return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_REQUEST_MESSAGE and int(msg.param1) == MAV.MAVLINK_MSG_ID_AUTOPILOT_VERSION:
             major, minor, patch = VERSION

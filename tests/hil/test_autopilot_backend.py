@@ -119,7 +119,9 @@ def test_hil_run_takes_off_through_the_bridge_and_flies_the_episodes(peer, tmp_p
     assert [e["outcome"] for e in run["episodes"]].count("success") >= 1  # Policy I flies the peer's point vehicle
     assert run["reliability"]["deadline_misses"] == 0 and run["reliability"]["vehicle_link_errors"] == 0
     assert vehicle["bridge_actuator"]["setpoints_sent"] >= run["acts"]  # every act went to the autopilot
-    assert peer.state.mode == "GUIDED" and peer.state.armed
+    # flown in GUIDED; BRAKE at the end when the bridge outlived the host's last act by its 200 ms hold timeout
+    # (its fail-safe, as designed: a loaded machine takes that long to stop it)
+    assert "GUIDED" in peer.state.modes and peer.state.mode in ("GUIDED", "BRAKE") and peer.state.armed
     modes = [c for c, result in peer.state.commands if result == 0]
     assert 400 in modes and 22 in modes  # COMPONENT_ARM_DISARM and NAV_TAKEOFF, accepted
 

@@ -16,7 +16,7 @@ from quarl.results import TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "quarl" / "toy.toml"
-POLICIES = {"fp32", "fp16", "int8", "int8-dynamic", "ptq-8bit", "ptq-4bit", "qat-8bit", "qat-4bit"}
+POLICIES = {"fp32", "fp16", "int8", "int8-w7", "int8-dynamic", "ptq-8bit", "ptq-4bit", "qat-8bit", "qat-4bit"}
 
 
 def quarl(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ def test_every_trial_runs_through_tune_and_records_every_policy(study):
         assert {p.name for p in result.policies} == POLICIES
         assert all(len(p.returns) == 10 for p in result.policies)
         assert (study / "trials" / name / "log.txt").stat().st_size > 0
-        for f in ("fp32", "fp16", "int8", "int8-dynamic"):
+        for f in ("fp32", "fp16", "int8", "int8-w7", "int8-dynamic"):
             assert (study / "trials" / name / f"{f}.onnx").is_file()
     # the gate: PPO's 25k steps reach CartPole's 475 on both seeds, A2C's 4k cannot
     for seed in (0, 1):
