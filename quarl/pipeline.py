@@ -180,16 +180,18 @@ class Trial:
         self, files: dict[str, tuple[Path, float]], fp32_returns: list[float] | None
     ) -> list[PolicyEval]:
         """A PolicyEval per ONNX file {name: (path, seconds to build)} on the trial's episodes."""
+        from quantize.options import INT8_SCHEMES
         from quarl.export import DYNAMIC_SCHEME, STATIC_SCHEMES
 
         evals = []
         for name, (path, seconds) in files.items():
             returns = fp32_returns if name == "fp32" and fp32_returns else self.evaluate(onnx_policy(path))
-            bits = {"fp32": 32, "fp16": 16, "int8-w7": 7}.get(name, 8)  # the weights' bits
             detail: dict[str, Any] = {"bytes": path.stat().st_size}
             scheme = STATIC_SCHEMES.get(name) or (DYNAMIC_SCHEME if name == "int8-dynamic" else None)
+            bits = {"fp32": 32, "fp16": 16}.get(name, 8)  # the weights' bits: 7 in the schemes with [-64, 64]
             if scheme:
                 detail["scheme"] = scheme
+                bits = 7 if INT8_SCHEMES[scheme].reduce_range else 8
             evals.append(PolicyEval(name, ONNX, name, bits, returns, seconds=round(seconds, 2), detail=detail))
             log(f"{self.spec.name}: {name:<12} mean return {np.mean(returns):9.2f} over {len(returns)} episodes")
         return evals

@@ -41,7 +41,7 @@ class PolicyEval:
     name: str  # "fp32", "fp16", "int8", "int8-dynamic", "ptq-4bit", "qat-4bit"
     method: str  # ONNX, PTQ or QAT
     precision: str  # "fp32", "fp16", "int8", "int8-dynamic" or "<n>bit"
-    bits: int  # 32, 16, 8 or n
+    bits: int  # 32, 16, n, or an int8 file's weight bits (8; 7 in the u8s7 scheme)
     returns: list[float]  # per episode, in episode order
     rounding: str = ""  # weights' rounding for PTQ/QAT ("nearest" = the seed's public code, "floor" = as printed)
     seconds: float = 0.0  # wall time of the stage that made it (training for QAT), evaluation excluded
