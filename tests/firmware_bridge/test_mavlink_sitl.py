@@ -7,9 +7,9 @@ the flights and says what each phase measures.
 
 The binaries come from the environment, never from this repository: ``AIRQ_ARDUPILOT_SITL`` (the ``arducopter``
 SITL binary, built from ArduPilot's sources as its docs describe) with ``AIRQ_ARDUPILOT_PARAMS``
-(``Tools/autotest/default_params/copter.parm`` of the same tree), and ``AIRQ_PX4_SITL`` (``bin/px4`` of a
-``px4_sitl_default`` build, its ``etc/`` beside ``bin/``; flown with the SIH quadrotor). Without them a test skips
-and says why; ``AIRQ_REQUIRE_SITL=1`` turns the skip into a failure. SITL listens on every interface, so the flights
+(``Tools/autotest/default_params/copter.parm`` of the same tree), and ``AIRQ_PX4_SITL`` (the ``px4`` SITL binary,
+built from PX4's sources as its docs describe, its ``etc/`` beside ``bin/``; flown with the SIH quadrotor). Without
+them a test skips and says why; ``AIRQ_REQUIRE_SITL=1`` turns the skip into a failure. SITL listens on every interface, so the flights
 run in a private network namespace (``unshare -n``, root), where nftables cuts the link.
 """
 
@@ -49,7 +49,7 @@ def sitl_args(autopilot: str) -> list[str]:
     else:
         binary = os.environ.get("AIRQ_PX4_SITL")
         if not binary:
-            skip_or_fail("AIRQ_PX4_SITL is not set (bin/px4 of a px4_sitl_default build)")
+            skip_or_fail("AIRQ_PX4_SITL is not set (a PX4 SITL px4 binary, its etc/ beside bin/)")
         if not (Path(binary).is_file() and (Path(binary).resolve().parents[1] / "etc").is_dir()):
             skip_or_fail(f"{binary} is not a px4 binary with the build's etc/ beside its bin/")
         args = ["--binary", binary]
