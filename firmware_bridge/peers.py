@@ -76,8 +76,13 @@ class ConnectionGate:
         context: zmq.Context,
         max_connections: int,
         curve_client_keys: frozenset[bytes] | None = None,
+        *,
+        pause_s: float = 0.0,
     ) -> None:
         self.max_connections = max_connections
+        # Test hook: the gate's thread stops this long between its two reads (the ZAP requests, the monitor)
+        # and after answering, as a thread descheduled there would (tests/firmware_bridge/test_peer_table.py).
+        self.pause_s = pause_s
         self.refused = 0  # connections shed by the cap
         self.handshakes_refused = 0  # ZAP refusals: unknown CurveZMQ keys
         self._curve_client_keys = curve_client_keys  # z85 public keys; None: NULL mechanism, no keys
@@ -124,17 +129,24 @@ class ConnectionGate:
         try:
             while not self._stop.is_set():
                 poller.poll(5 if held else 100)
-                if not self._drain_monitor():
-                    return
+                # ZAP requests first, then the monitor: libzmq emits a connection's accept (and, before
+                # that, the disconnect of whatever held its descriptor before) ahead of its ZAP request,
+                # so the drain after the read has applied the accept of every held handshake, however
+                # late this thread runs. Read the other way round, a handshake whose accept came after
+                # the drain would be answered first, and its first request would find its descriptor
+                # unknown or still bound to the connection that had it before.
                 while zap.poll(0):
                     held.append(zap.recv_multipart())
-                # Drained just above: every held handshake's accept has been applied, so each one is
-                # either a connection within the cap or a shed one; answered only once no shed
-                # connection is still open, a shed one's answer reaches nobody.
+                time.sleep(self.pause_s)
+                if not self._drain_monitor():
+                    return
+                # Each held handshake is either a connection within the cap or a shed one; answered only
+                # once no shed connection is still open, a shed one's answer reaches nobody.
                 if held and not self._shed_still_open():
                     for request in held:
                         self._answer_zap(request)
                     held.clear()
+                    time.sleep(self.pause_s)
         except zmq.ZMQError:  # the context or socket went away: the bridge is stopping
             return
         finally:

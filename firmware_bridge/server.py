@@ -13,6 +13,7 @@ hold watchdog runs even when no messages arrive and SIGTERM is noticed quickly.
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import signal
@@ -118,6 +119,13 @@ class Counters:
         self.errors = 0
         self.loads = 0
         self.resets = 0
+        # Replies libzmq refused at the first try because the peer's pipe looked full; each was sent
+        # after the socket processed its pending commands (BridgeServer.send_reply says why).
+        self.replies_retried = 0
+        # Replies not sent: the peer had SNDHWM replies unread (it does not read them) ...
+        self.replies_dropped_unread = 0
+        # ... or its connection closed between its request and the reply.
+        self.replies_dropped_closed = 0
         self.errors_by_code: Counter[str] = Counter()
         self.episode = 0
         self.new_episode(time.monotonic_ns())
@@ -173,6 +181,9 @@ class BridgeServer:
         self.socket.setsockopt(zmq.MAXMSGSIZE, config.max_message_bytes + TRANSPORT_SLACK_BYTES)
         self.socket.setsockopt(zmq.RCVHWM, RCVHWM_MESSAGES)
         self.socket.setsockopt(zmq.SNDHWM, SNDHWM_MESSAGES)
+        # A ROUTER drops a reply silently when it believes the peer's pipe is full or gone; MANDATORY
+        # makes the send fail instead (EAGAIN, EHOSTUNREACH), so the bridge learns of it (send_reply).
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # A connection that has not finished its ZMTP (or CurveZMQ) handshake in this time is dropped,
         # so a stranger cannot hold a connection slot for long.
         self.socket.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_TIMEOUT_MS)
@@ -280,12 +291,48 @@ class BridgeServer:
                         counters.requests += 1
                         continue
                     frames[-1] = handle(frames[-1], recv_ns) if verdict else self._busy_reply(frames[-1])
-                sock.send_multipart(frames)
+                self.send_reply(frames)
                 if watchdog.tick(monotonic_ns()):
                     self._on_hold()
         finally:
             self.close()
         log.info("stopped after %d requests", counters.requests)
+
+    def send_reply(self, frames: list[bytes]) -> bool:
+        """Send one reply; True if libzmq took it. Never blocks the loop on a peer.
+
+        libzmq's ROUTER decides "the peer's pipe is full" from the reader's count of messages taken,
+        which the I/O thread posts to this socket as a command every SNDHWM/2 messages and the socket
+        processes only when it waits, on every 100th receive, or on a send at least ~1 ms of CPU
+        ticks after the last one (socket_base.cpp, process_commands' throttle). On a starved CPU the
+        loop can go many request/reply rounds without either, so a client that has read every reply
+        still looks SNDHWM replies behind and the reply would be dropped without a word. Reading
+        ZMQ_EVENTS processes every pending command; after that the count is exact to SNDHWM/2, so a
+        peer that waits for its replies always has room, and a send that still fails means the peer
+        really holds SNDHWM replies unread: that reply is dropped, counted and logged.
+        """
+        sock, counters = self.socket, self.counters
+        try:
+            try:
+                sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                sock.getsockopt(zmq.EVENTS)  # process the I/O thread's pending commands, then try again
+                sock.send_multipart(frames, flags=zmq.NOBLOCK)
+                counters.replies_retried += 1
+        except zmq.Again:
+            counters.replies_dropped_unread += 1
+            n = counters.replies_dropped_unread
+            if n <= LOG_FIRST_ERRORS or n % LOG_EVERY == 0:
+                log.warning(
+                    "reply dropped: the peer has %d replies unread (ZMQ_SNDHWM); %d dropped so far", SNDHWM_MESSAGES, n
+                )
+            return False
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.EHOSTUNREACH:
+                raise
+            counters.replies_dropped_closed += 1  # its connection closed after its request was read
+            return False
+        return True
 
     def _busy_reply(self, payload: bytes) -> bytes:
         """The refusal of a request from a peer beyond --max-peers: never dispatched, one BUSY reply."""
@@ -508,6 +555,9 @@ class BridgeServer:
             "handshakes_refused": gate.handshakes_refused if gate else 0,
             "busy_replies": self.peers.busy_replies,
             "dropped_closed": self.peers.dropped_closed,
+            "replies_retried": self.counters.replies_retried,
+            "replies_dropped_unread": self.counters.replies_dropped_unread,
+            "replies_dropped_closed": self.counters.replies_dropped_closed,
             "upload_staged_bytes": self.uploads.staged_bytes,
         }
 

@@ -6,6 +6,10 @@ tests/firmware_bridge/test_protocol_conformance.py (section 6) and tests/reliabi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from typing import Any, cast
 
 import pytest
@@ -98,4 +102,75 @@ def test_the_bridge_refuses_a_context_with_more_than_one_io_thread() -> None:
         with pytest.raises(ValueError, match="exactly one I/O thread"):
             BridgeServer(BridgeConfig(bind="tcp://127.0.0.1:*"), MockFlightController(), context)
     finally:
+        context.term()
+
+
+CLIENT = """
+import sys, zmq
+sys.stdin.readline()  # connect when told
+socket = zmq.Context().socket(zmq.DEALER)
+socket.setsockopt(zmq.LINGER, 0)
+socket.connect(sys.argv[1])
+socket.send_multipart([b"", sys.argv[2].encode()])
+sys.exit(0 if socket.poll(20_000) else 1)
+"""
+
+
+def test_a_reused_descriptor_is_told_apart_while_the_gate_thread_runs_late() -> None:
+    # Real connections on a real ROUTER, admitted by descriptor number from the gate's monitor. The gate's
+    # thread is made to stop 0.3 s between its two reads and after answering (its test hook), as a descheduled thread would. The
+    # clients live in other processes, so that the bridge side's descriptors are the only ones this process
+    # opens: the second connection gets the first one's number. Its first request must still be told apart:
+    # admitted under a connection serial of its own, the first peer's slot freed, nothing dropped.
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    gate = ConnectionGate(router, context, max_connections=4, pause_s=0.3)
+    clients: list[subprocess.Popen[bytes]] = []
+    try:
+        router.bind("tcp://127.0.0.1:*")
+        endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        peers = PeerTable(gate, max_peers=1)
+
+        def start_client(name: bytes) -> subprocess.Popen[bytes]:
+            clients.append(
+                subprocess.Popen([sys.executable, "-c", CLIENT, endpoint, name.decode()], stdin=subprocess.PIPE)
+            )
+            return clients[-1]
+
+        def serve_one(name: bytes, client: subprocess.Popen[bytes]) -> tuple[bytes, int]:
+            assert client.stdin is not None
+            client.stdin.write(b"go\n")
+            client.stdin.flush()
+            assert router.poll(20_000), f"no request from client {name!r}"
+            first = router.recv(copy=False)
+            *_, payload = router.recv_multipart()
+            assert payload == name
+            routing_id, fd = first.bytes, cast(int, first.get(zmq.SRCFD))
+            admitted = peers.admit(routing_id, fd)
+            router.send_multipart([routing_id, b"", b"ok"])
+            assert client.wait(20) == 0
+            assert admitted is True, f"client {name!r} was {'dropped' if admitted is None else 'refused'}"
+            return routing_id, fd
+
+        first, second = start_client(b"first"), start_client(b"second")
+        first_id, first_fd = serve_one(b"first", first)
+        first_serial = peers.admitted[first_id]
+        # The second client connects as soon as the gate has seen the first one go, so that its accept and its
+        # handshake come while the gate's thread is in its pause; libzmq closes the descriptor just after.
+        deadline = time.monotonic() + 20
+        while gate.serial_of(first_fd) is not None or os.path.exists(f"/proc/self/fd/{first_fd}"):
+            assert time.monotonic() < deadline, "the first connection never closed"
+            time.sleep(0.001)
+        second_id, second_fd = serve_one(b"second", second)
+        assert second_fd == first_fd, "precondition: the second connection reuses the first one's descriptor"
+        assert peers.admitted[second_id] != first_serial
+        assert not peers.is_admitted(first_id) and peers.count == 1
+        assert peers.dropped_closed == 0 and peers.busy_replies == 0
+    finally:
+        for client in clients:
+            client.kill()
+            client.wait()
+        gate.stop()
+        router.close(linger=0)
         context.term()

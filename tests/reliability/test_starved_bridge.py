@@ -1,0 +1,173 @@
+"""Every request read from a live connection is answered, however starved the bridge's CPU (docs/protocol.md
+sections 1 and 6), and a peer that never reads its replies cannot grow the bridge.
+
+libzmq's ROUTER drops a reply silently when it believes the peer's pipe holds ZMQ_SNDHWM unread replies. It
+learns what the peer has read from commands the I/O thread posts every SNDHWM/2 replies, and processes them only
+when its receive has to wait, on every 100th receive, or on a send ~1 ms of CPU ticks after the last processing.
+A bridge that finds the next request already queued whenever it comes back to receive (its peer pipelines, or
+its own thread lost the CPU inside the send while the peer answered) goes SNDHWM replies without processing
+them, and without ZMQ_ROUTER_MANDATORY the next reply vanished: on a 2-core Xeon VM the bridge before the fix
+lost a reply in 5 of 5 runs of the pipelining client below (idle machine) and in 3 of 3 runs of the waiting
+client under the CPU hogs below. firmware_bridge.server.BridgeServer.send_reply makes the socket process its
+commands and sends again; each such reply is counted in status (peers.replies_retried).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import zmq
+
+from firmware_bridge.launcher import BridgeProcess
+from firmware_bridge.protocol import SNDHWM_MESSAGES, pack, unpack
+
+# The longest any reply may take. Measured (tests below, 2-core Xeon VM, 4 hogs): the slowest reply of 10,000
+# took 0.1-0.3 s under the hogs; 10 s is 30x that, for a CI machine whose other worker trains at the same time.
+REPLY_TIMEOUT_MS = 10_000
+REQUESTS = 10_000
+MIB = 1 << 20
+
+
+@contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU, as the rest of a busy Raspberry Pi would."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` (the bridge's request loop, libzmq's I/O thread, the gate) onto ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def status(endpoint: str) -> dict:
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(endpoint)
+    try:
+        socket.send_multipart([b"", pack({"v": 1, "type": "status", "seq": 1})])
+        assert socket.poll(REPLY_TIMEOUT_MS), "no reply to status"
+        return unpack(socket.recv_multipart()[-1])
+    finally:
+        socket.close(linger=0)
+
+
+def exchange(endpoint: str, kind: str, count: int, in_flight: int) -> list[float]:
+    """``count`` requests from one DEALER that keeps ``in_flight`` of them unanswered at most (1: it waits for
+    each reply) and reads every reply; fails at the first reply missing or out of order. The reply times (s)."""
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(endpoint)
+    sent_at: dict[int, float] = {}
+    took: list[float] = []
+    answered = 0
+    try:
+        while answered < count:
+            while len(sent_at) < in_flight and answered + len(sent_at) < count:
+                seq = answered + len(sent_at) + 1
+                sent_at[seq] = time.perf_counter()
+                socket.send_multipart([b"", pack({"v": 1, "type": kind, "seq": seq})])
+            assert socket.poll(REPLY_TIMEOUT_MS), (
+                f"request {answered + 1} of {count} not answered in {REPLY_TIMEOUT_MS} ms "
+                f"({answered} answered, {len(sent_at)} in flight)"
+            )
+            reply = unpack(socket.recv_multipart()[-1])
+            assert reply["seq"] == answered + 1, f"reply {reply['seq']} came for request {answered + 1}: lost"
+            assert reply["type"] == kind, reply
+            took.append(time.perf_counter() - sent_at.pop(answered + 1))
+            answered += 1
+    finally:
+        socket.close(linger=0)
+    return took
+
+
+def summary(took: list[float]) -> str:
+    ordered = sorted(took)
+    return f"p50 {ordered[len(ordered) // 2] * 1e3:.2f} ms, max {ordered[-1] * 1e3:.1f} ms"
+
+
+@pytest.fixture
+def bridge() -> Iterator[BridgeProcess]:
+    with BridgeProcess(["--log-level", "warning"]) as running:
+        yield running
+
+
+def test_a_pipelining_client_gets_every_reply(bridge: BridgeProcess) -> None:
+    # 64 requests in flight: the bridge always finds the next one queued, never waits in its receive, and
+    # sends its small replies far faster than one per SNDHWM/2 ms.
+    took = exchange(bridge.endpoint, "reset", REQUESTS, in_flight=64)
+    peers = status(bridge.endpoint)["peers"]
+    print(
+        f"{REQUESTS} pipelined resets answered ({summary(took)}); resent after a stale count: {peers['replies_retried']}"
+    )
+    assert peers["replies_dropped_unread"] == 0 and peers["replies_dropped_closed"] == 0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs: the bridge on one, the client free")
+def test_a_client_that_waits_for_each_reply_gets_every_reply_from_a_starved_bridge(bridge: BridgeProcess) -> None:
+    assert bridge.pid is not None
+    cpu = min(os.sched_getaffinity(0))
+    pin(bridge.pid, {cpu})
+    requests_before = status(bridge.endpoint)["counters"]["requests"]
+    with cpu_hogs(2 * len(os.sched_getaffinity(0))):
+        took = exchange(bridge.endpoint, "hello", REQUESTS, in_flight=1)
+        answered_under_load = status(bridge.endpoint)
+    peers = answered_under_load["peers"]
+    print(
+        f"{REQUESTS} hellos, each waiting for its reply, bridge on CPU {cpu} with hogs: all answered "
+        f"({summary(took)}); resent after a stale count: {peers['replies_retried']}"
+    )
+    assert answered_under_load["counters"]["requests"] - requests_before == REQUESTS + 1  # + the status itself
+    assert peers["replies_dropped_unread"] == 0 and peers["replies_dropped_closed"] == 0
+
+
+def rss_bytes(pid: int) -> int:
+    text = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"VmRSS:\s+(\d+) kB", text)
+    assert match is not None
+    return int(match.group(1)) * 1024
+
+
+def test_a_peer_that_never_reads_its_replies_cannot_grow_the_bridge(bridge: BridgeProcess) -> None:
+    # A small receive buffer and queue on the peer's side, so that the replies back up into the bridge: once
+    # the kernel's buffers are full, libzmq's pipe to the peer holds SNDHWM replies and the rest are dropped,
+    # counted and logged; the bridge keeps serving everyone else.
+    assert bridge.pid is not None
+    before = rss_bytes(bridge.pid)
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.RCVHWM, 1)
+    socket.setsockopt(zmq.RCVBUF, 4096)
+    socket.connect(bridge.endpoint)
+    try:
+        hello = pack({"v": 1, "type": "hello", "seq": 1})
+        deadline = time.monotonic() + 120
+        dropped = 0
+        while dropped < 100:
+            for _ in range(1000):
+                socket.send_multipart([b"", hello])
+            dropped = status(bridge.endpoint)["peers"]["replies_dropped_unread"]
+            assert time.monotonic() < deadline, f"the bridge dropped only {dropped} replies to a peer that never reads"
+        grown = rss_bytes(bridge.pid) - before
+        print(f"{dropped} replies dropped to a peer that never reads; bridge RSS grew {grown / MIB:.1f} MiB")
+        # SNDHWM queued replies of ~2 KiB each, plus allocator slack: far below 8 MiB.
+        assert grown < 8 * MIB
+        assert exchange(bridge.endpoint, "hello", 100, in_flight=1)  # everyone else is still served
+    finally:
+        socket.close(linger=0)
+    log = bridge.stderr_text()
+    assert f"reply dropped: the peer has {SNDHWM_MESSAGES} replies unread" in log
