@@ -9,7 +9,7 @@ LOCK := requirements/lock.txt
 # the CPU build (2.13.0+cpu) is on this index. TORCH_INDEX= (empty) skips it.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test bench clean study quarl lock
+.PHONY: demo test test-stress bench clean study quarl lock
 
 # torch first, from the CPU index when it answers within 5 s; otherwise from pip's configured index (on an
 # ordinary Linux x86 machine that is the CUDA build; a machine whose pip config points at a folder of CPU wheels
@@ -75,6 +75,17 @@ test: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
+
+# The whole of `make test` with every core busy: stress-ng (Debian's package, installed here as .ci/run installs
+# its others) runs one CPU hog per core, at the tests' own priority, for as long as the suite takes. A Raspberry
+# Pi flying a policy shares its CPU too; the suite must be green like this (docs/reliability.md, "Under load").
+test-stress: $(STAMP)
+	@command -v stress-ng >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q stress-ng; } || \
+	  { echo "make test-stress: needs stress-ng: run (as root) apt-get install -y stress-ng" >&2; exit 1; }
+	stress-ng --cpu $$(nproc) --cpu-method loop --timeout 0 --quiet & hogs=$$!; \
+	  trap 'kill $$hogs 2>/dev/null; wait $$hogs 2>/dev/null' EXIT; \
+	  $(MAKE) --no-print-directory test
 
 bench: $(STAMP)
 	$(PY) -m nav_env.bench

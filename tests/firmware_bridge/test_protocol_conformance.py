@@ -777,6 +777,9 @@ def test_6_a_refused_peer_never_acts_and_is_served_once_a_slot_frees(
         for client in [*holders, req]:
             client.close()
     assert after["counters"]["acts"] - acts_before == after["actuator"]["commands_total"] - commands_before == 3
+    # Section 5: BUSY is logged on the device like every other code (the first 10, then one in 1000).
+    busy_lines = [line for line in bridge.stderr_text().splitlines() if " BUSY: peer cap full" in line]
+    assert 3 <= len(busy_lines) <= 10 and busy_lines[0].endswith("(1 of this code)"), busy_lines
 
 
 def wait_served(client: DocClient, message: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
