@@ -198,6 +198,8 @@ def check_reply(frames: list[bytes], sent_envelope: list[bytes]) -> dict:
 
 def test_ten_thousand_hostile_messages_then_a_valid_act(bridge: BridgeProcess, model: bytes) -> None:
     dealer = RawDealer(bridge.endpoint)
+    before = dealer.call({"v": 1, "type": "status", "seq": 1}, REPLY_TIMEOUT_MS)
+    assert before is not None
     outcomes: Counter[str] = Counter()
     started = time.monotonic()
 
@@ -222,8 +224,17 @@ def test_ten_thousand_hostile_messages_then_a_valid_act(bridge: BridgeProcess, m
     send_one()
     elapsed = time.monotonic() - started
     total = sum(outcomes.values())
-    print(f"\nfuzz: {total} hostile messages in {elapsed:.1f} s, replies by code: {dict(outcomes)}")
+    after = dealer.call({"v": 1, "type": "status", "seq": 2}, REPLY_TIMEOUT_MS)
+    assert after is not None
+    requests = after["counters"]["requests"] - before["counters"]["requests"] - 1  # less the status itself
+    executed = after["counters"]["acts"] - before["counters"]["acts"]
+    print(
+        f"\nfuzz: {total} hostile messages in {elapsed:.1f} s, {requests} read by the bridge, every one answered; "
+        f"{executed} acts executed, {outcomes['ok:act']} answered with an action; replies by code: {dict(outcomes)}"
+    )
     assert total >= FUZZ_CASES
+    assert requests == total  # each message read once and answered once
+    assert executed == outcomes["ok:act"]  # no act executed without its reply
     assert bridge.alive, bridge.stderr_text()[-2000:]
     assert_valid_act_is_served(dealer, model)
     dealer.close()
