@@ -337,7 +337,7 @@ class Trial:
         info = self.train()
         policies = self.onnx_stage(threshold)
         fp32 = next(p for p in policies if p.name == "fp32")
-        baseline = Baseline(published, source, threshold, fp32.mean >= threshold)
+        baseline = Baseline.judge(published, source, threshold, fp32.returns)
         if self.quantizes(fp32.mean, threshold):
             policies += [self.ptq_stage(b) for b in self.spec.ptq_bits]
             policies += [self.qat_stage(b) for b in self.spec.qat_bits]

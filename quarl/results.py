@@ -15,6 +15,7 @@ compare episode by episode (paired).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,12 @@ class Baseline:
     published_source: str
     threshold: float  # the fp32 mean return must reach this
     passed: bool
+
+    @classmethod
+    def judge(cls, published: float, source: str, threshold: float, fp32_returns: Sequence[float]) -> Baseline:
+        """The gate (``quarl.published.baseline_gate``'s published score, source and threshold) applied to the fp32
+        policy's episode returns: passed when their mean reaches the threshold."""
+        return cls(published, source, threshold, bool(np.mean(fp32_returns) >= threshold))
 
 
 @dataclass(frozen=True)
