@@ -23,6 +23,21 @@ sends the *next* observation. The socket is ZMQ_IMMEDIATE, so while the bridge
 is down requests are refused at once instead of queueing up and being replayed
 as a burst of stale acts when it comes back.
 
+At most one request is in flight on a connection: a request whose predecessor on the same socket is
+still unanswered first waits (within its own deadline) for that late reply, and is not sent if it
+does not come - an act then misses, a Lazy Pirate attempt reopens the socket. So a stalled link never
+piles up requests that the bridge would execute as a burst of stale acts once it delivers them; and
+no connection holds more requests than the bridge's receive queue takes (``ZMQ_RCVHWM`` 2). That
+matters beyond staleness: libzmq 4.3.5 aborts the bridge's whole process (``Assertion failed:
+!_io_error (src/stream_engine_base.cpp:310)``) when a connection whose input it stopped because
+requests were queued behind a full receive queue is closed by its peer and the ZMTP heartbeat timer
+fires before the bridge's thread has read them - which is what a Lazy Pirate reconnect after a
+stall did to the bridge on a loaded machine (docs/reliability.md, "A stall under load").
+
+When the client gives up (:class:`BridgeUnreachable`), it asks the bridge for its ``status`` over a
+fresh connection within ``status_probe_s`` and says in the same line what the bridge reports (requests
+received, BUSY replies, requests and replies dropped) or that no status could be read either.
+
 With a :class:`~firmware_bridge.keys.ClientCurve` the connection is CurveZMQ:
 encrypted, and only completed if the bridge proves it holds the expected key.
 
@@ -121,6 +136,11 @@ VEHICLE_COMMAND_TIMEOUT_S = 12.0
 # Room a load_policy request needs beside its chunk of model bytes (msgpack keys, sha256, name, ints).
 UPLOAD_ENVELOPE_BYTES = 1024
 
+# How long a client that gave up waits for the bridge's status over a fresh connection, to say what the bridge
+# reports (status_from). Short: it is added to the give-up; a bridge that answers status at all does within
+# milliseconds when idle, and within about a second when it is busy with a long request or a starved CPU.
+STATUS_PROBE_S = 1.0
+
 
 class BridgeRefused(BridgeError):
     """The bridge answered with an error reply; ``code`` is a protocol ErrorCode."""
@@ -146,6 +166,28 @@ def refusal(endpoint: str, reply: dict[str, Any], request_type: str) -> BridgeRe
     if code == ErrorCode.BUSY:
         return BridgeBusy(endpoint, detail, request_type)
     return BridgeRefused(endpoint, code, detail, request_type)
+
+
+def describe_status(status: dict[str, Any]) -> str:
+    """A status reply's request counts in one clause: what was received, answered BUSY, dropped and why
+    (docs/protocol.md 4.4; a figure an older bridge does not report is left out)."""
+    counters = status.get("counters") or {}
+    peers = status.get("peers") or {}
+    parts = [f"{counters.get('requests', '?')} requests received (this one included), {counters.get('acts', '?')} acts"]
+    for key, text in (
+        ("busy_replies", "BUSY replies (peer cap full)"),
+        ("replies_dropped_unread", "replies dropped to a peer that did not read them (replies_dropped_unread)"),
+        ("dropped_closed", "requests dropped because their connection had closed (dropped_closed)"),
+        ("replies_dropped_closed", "replies dropped because their connection closed first (replies_dropped_closed)"),
+    ):
+        if key in peers:
+            parts.append(f"{peers[key]} {text}")
+    if "admitted" in peers and "max" in peers:
+        parts.append(f"{peers['admitted']} of {peers['max']} peers admitted")
+    uptime = status.get("uptime_s")
+    if isinstance(uptime, int | float):
+        parts.append(f"up {uptime:.1f} s")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +254,12 @@ class BridgeClient:
         curve: ClientCurve | None = None,
         spin_us: float = DEFAULT_SPIN_US,
         client_name: str = CLIENT_NAME,
+        status_probe_s: float = STATUS_PROBE_S,
     ) -> None:
         if timeout_s <= 0 or load_timeout_s <= 0 or retries < 0:
             raise ValueError("timeouts must be positive and retries >= 0")
+        if not status_probe_s >= 0:  # also refuses NaN
+            raise ValueError(f"status_probe_s must be >= 0 seconds (0: no probe), got {status_probe_s!r}")
         if not spin_us >= 0:  # also refuses NaN
             raise ValueError(f"spin_us must be >= 0 microseconds, got {spin_us!r}")
         try:
@@ -234,6 +279,10 @@ class BridgeClient:
         self.load_timeout_s = load_timeout_s
         self.curve = curve
         self.client_name = client_name  # sent in hello (free text; the bridge does not use it)
+        # On giving up, the bound for reading the bridge's status over a fresh connection (0: do not ask). A caller
+        # that retries BridgeUnreachable itself (hil.loop.ControlLink) turns it off and asks once when it gives up.
+        self.status_probe_s = status_probe_s
+        self._probing = False  # this client is a status probe: give up at once when the connection is refused
         self.spin_ns = int(spin_us * 1000)
         self.spin_waits = 0  # waits that started by spinning
         self.spin_backoffs = 0  # waits whose spin stopped because the CPU was contended
@@ -252,12 +301,14 @@ class BridgeClient:
         self._handshake_refusal = 0  # the ZAP status of a refused handshake (400: key not allowed)
         self._lost_since_ns = 0  # when the connection dropped with no reconnect attempt answered since
         self._reconnect_scheduled = False  # a disconnect's own CONNECT_RETRIED event is still to come
+        self._in_flight: int | None = None  # seq of the request sent on this socket and not answered yet
         # Reliability counters, reported by hil.run.
         self.connections = 0  # TCP connections made, over all sockets: a change means "maybe a new bridge"
         self.disconnects = 0
         self.retries = 0  # requests re-sent after a timeout (Lazy Pirate)
         self.reconnects = 0  # sockets closed and reopened
         self.stale_replies = 0  # late replies to earlier requests, discarded by seq
+        self.withheld = 0  # requests not sent because the one before them on this connection was still unanswered
         self._open()
 
     # ------------------------------------------------------------------ socket lifecycle
@@ -292,6 +343,7 @@ class BridgeClient:
         self._handshake_failed = False
         self._handshake_refusal = 0
         self._reconnect_scheduled = False
+        self._in_flight = None  # a new connection: nothing of ours is queued on it
         sock.connect(self.endpoint)  # _lost_since_ns carries over: a fresh socket has not answered yet
         self._socket = sock
 
@@ -324,6 +376,9 @@ class BridgeClient:
                 self.connections += 1
             elif event == zmq.EVENT_DISCONNECTED:
                 self._connected = False
+                # A request in flight went with the connection: the bridge routes its reply to that connection,
+                # so none can come over the next one, and nothing should wait for it.
+                self._in_flight = None
                 self._lost_since_ns = time.monotonic_ns()
                 self._reconnect_scheduled = True
                 self.disconnects += 1
@@ -366,8 +421,12 @@ class BridgeClient:
         self._seq += 1
         return self._seq
 
-    def _send_by(self, payload: bytes, deadline_ns: int, *, fail_fast: bool = False) -> bool:
+    def _send_by(self, payload: bytes, seq: int, deadline_ns: int, *, fail_fast: bool = False) -> bool:
         """Send once a connection can take it; False if none could before the deadline.
+
+        One request in flight per connection (module docstring): if the previous request on this socket is
+        still unanswered, wait for its late reply until the deadline first; if it does not come, this request
+        is withheld (False).
 
         With ZMQ_IMMEDIATE a DEALER has no pipe until a connection is up, so a send right after
         connect() (or while the bridge is down) raises Again; POLLOUT says when one is ready.
@@ -376,17 +435,57 @@ class BridgeClient:
         """
         sock = self._socket
         assert sock is not None
+        if self._in_flight is not None:
+            self._drain_monitor()  # a disconnect since the request went out clears it
+        if self._in_flight is not None and not self._late_reply_by(deadline_ns):
+            self.withheld += 1
+            return False
         while True:
             try:
                 # Empty first frame: the REQ-style envelope.
                 sock.send_multipart([b"", payload], flags=zmq.NOBLOCK)
+                self._in_flight = seq
                 return True
             except zmq.Again:
                 if fail_fast and not self.connected:
                     return False
+                if self._probing and not self.connected and self._connect_refused:
+                    return False  # a status probe gives up as soon as the connection is refused
                 remaining_ms = (deadline_ns - time.perf_counter_ns()) // 1_000_000
-                if remaining_ms <= 0 or not sock.poll(remaining_ms, zmq.POLLOUT):
+                if remaining_ms <= 0:
                     return False
+                # a probe looks at the monitor again every 20 ms; anyone else waits for a pipe in one poll
+                if not sock.poll(min(remaining_ms, 20) if self._probing else remaining_ms, zmq.POLLOUT):
+                    if not self._probing:
+                        return False
+
+    def _late_reply_by(self, deadline_ns: int) -> bool:
+        """Wait until the deadline for the reply to the request in flight on this socket; True once it came (a late
+        reply, its caller gave up on it: counted as stale and dropped) or the connection that carried it dropped."""
+        sock = self._socket
+        assert sock is not None
+        while self._in_flight is not None:
+            remaining_ms = (deadline_ns - time.perf_counter_ns()) // 1_000_000
+            # in slices, to see a disconnect (which drops the request in flight) without waiting out the deadline
+            if not sock.poll(min(max(remaining_ms, 0), 50)):
+                self._drain_monitor()
+                if remaining_ms <= 0 and self._in_flight is not None:
+                    return False
+                continue
+            reply = self._read_reply(sock.recv_multipart())
+            reply_seq = reply.get("seq")
+            if reply_seq == self._in_flight or (reply_seq is None and reply.get("type") == MsgType.ERROR):
+                self._in_flight = None
+            self.stale_replies += 1
+        return True
+
+    def _read_reply(self, frames: list[bytes]) -> dict[str, Any]:
+        try:
+            return unpack(frames[-1])
+        except ProtocolError as exc:
+            raise BridgeProtocolError(
+                self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}"
+            ) from None
 
     def _reply_by(self, seq: int, sent_ns: int, deadline_ns: int) -> tuple[dict[str, Any], int] | None:
         """The reply to ``seq`` if it arrives before the deadline; stale replies are dropped."""
@@ -420,15 +519,11 @@ class BridgeClient:
                 continue
             frames = sock.recv_multipart()
             rtt_ns = clock() - sent_ns
-            try:
-                reply = unpack(frames[-1])
-            except ProtocolError as exc:
-                raise BridgeProtocolError(
-                    self.endpoint, f"bridge at {self.endpoint} sent an unreadable reply: {exc.message}"
-                ) from None
+            reply = self._read_reply(frames)
             reply_seq = reply.get("seq")
             # seq None = the bridge could not read our seq; with one request in flight it is ours.
             if reply_seq == seq or (reply_seq is None and reply.get("type") == MsgType.ERROR):
+                self._in_flight = None
                 if sent_ns + rtt_ns > deadline_ns:
                     # poll() waits in whole milliseconds, so a reply can land after a sub-millisecond
                     # deadline: it is late all the same, and a late action must not be applied
@@ -453,7 +548,7 @@ class BridgeClient:
                 self.retries += 1
             sent_ns = time.perf_counter_ns()
             deadline_ns = sent_ns + int(timeout_s * 1e9)
-            if self._send_by(payload, deadline_ns):
+            if self._send_by(payload, seq, deadline_ns):
                 answered = self._reply_by(seq, sent_ns, deadline_ns)
                 if answered is not None:
                     return answered
@@ -462,11 +557,43 @@ class BridgeClient:
                 # A fresh socket drops requests queued on a dead connection (Lazy Pirate).
                 self.reconnect()
         self._drain_monitor()
+        why = self._why_no_reply()
+        # A CurveZMQ refusal would refuse a new connection the same way: no status to ask for.
+        says = "" if self._handshake_failed or not self.status_probe_s else f"; {self.status_from()}"
         raise BridgeUnreachable(
             self.endpoint,
             f"no reply from bridge at {self.endpoint} to {msg_type} after {attempts} attempt(s) "
-            f"of {timeout_s:g} s: {self._why_no_reply()}",
+            f"of {timeout_s:g} s: {why}{says}",
         )
+
+    def status_from(self, timeout_s: float | None = None) -> str:
+        """What the bridge says about itself, asked over a fresh connection (this one's may be the problem) within
+        ``timeout_s`` (default ``status_probe_s``): one clause for an error line, or that no status could be read."""
+        bound = self.status_probe_s if timeout_s is None else timeout_s
+        try:
+            probe = BridgeClient(
+                self.endpoint,
+                timeout_s=max(bound, 1e-3),
+                retries=0,
+                context=self._context,
+                curve=self.curve,
+                spin_us=0,
+                client_name=f"{self.client_name} (status probe)",
+                status_probe_s=0,
+            )
+        except BridgeError as exc:
+            return f"no status could be read either ({exc})"
+        probe._probing = True
+        try:
+            with probe:
+                return f"the bridge is alive; its status over a new connection says: {describe_status(probe.status())}"
+        except BridgeBusy:
+            return "the bridge is alive but answers a new connection BUSY: its peer cap (--max-peers) is full"
+        except BridgeUnreachable:
+            probe._drain_monitor()
+            return f"no status could be read over a new connection within {bound:g} s either: {probe._why_no_reply()}"
+        except BridgeError as exc:
+            return f"no status could be read over a new connection either: {exc}"
 
     def _why_no_reply(self) -> str:
         if self._handshake_refusal == 400:
@@ -631,7 +758,7 @@ class BridgeClient:
         )
         sent_ns = time.perf_counter_ns()
         deadline_ns = sent_ns + int(timeout_s * 1e9)
-        if not self._send_by(payload, deadline_ns, fail_fast=True):
+        if not self._send_by(payload, seq, deadline_ns, fail_fast=True):
             return None
         answered = self._reply_by(seq, sent_ns, deadline_ns)
         if answered is None:

@@ -8,7 +8,10 @@ for that step, the miss is counted, and the loop goes on with the next observati
 is never applied. A streak of misses that loses the connection or lasts ``outage_after_s`` is an
 *outage*: it is logged, the socket is reopened (Lazy Pirate), a supervisor may restart a dead local
 bridge, and once the bridge answers again the policy is verified by sha256 and re-uploaded if the
-bridge lost it. Episodes that lived through an outage are marked.
+bridge lost it. Episodes that lived through an outage are marked. When the outage outlasts
+``max_outage_s`` the link gives up (LinkLost) with one line that also says what the bridge's own status
+reports over a fresh connection (requests received, BUSY replies, requests and replies dropped), or that
+none could be read either.
 """
 
 from __future__ import annotations
@@ -113,6 +116,11 @@ class ControlLink:
         self.on_event = on_event
         self.outage_after_s = outage_after_s
         self.max_outage_s = max_outage_s
+        # The link retries an unanswered request itself until max_outage_s, so the client's own status probe (a
+        # second per give-up) is off: the link asks for the bridge's status once, when it gives up.
+        self.status_probe_s = client.status_probe_s
+        client.status_probe_s = 0.0
+        self._last_why = ""  # why the latest request went unanswered, for the give-up line
         self.stats = LinkStats()
         self.context: dict[str, Any] = {}  # policy/episode/step, stamped on every event
         self._verified_connections = client.connection_count()
@@ -154,6 +162,7 @@ class ControlLink:
             if self._needs_verify() and not self._verify(deadline, self._attempt_timeout_s()):
                 self._miss(deadline, "policy not verified")
                 return None
+            withheld = self.client.withheld
             result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
         except BridgeBusy:
             self._miss(deadline, "bridge busy: its peer cap is full")  # nothing was executed
@@ -174,7 +183,10 @@ class ControlLink:
             self._miss(deadline, "verification timed out")
             return None
         if result is None:
-            self._miss(deadline, "no reply by the deadline")
+            if self.client.withheld > withheld:  # not sent: one request in flight per connection (client.py)
+                self._miss(deadline, "the previous act on this connection is still unanswered")
+            else:
+                self._miss(deadline, "no reply by the deadline")
             return None
         if self._needs_verify():
             # The act went out on a connection made while we waited: it may have reached a restarted
@@ -216,6 +228,7 @@ class ControlLink:
 
     def _miss(self, deadline: float, why: str) -> None:
         now = time.monotonic()
+        self._last_why = why
         if self.free_running and now < deadline:
             # Unpaced loop: a miss still takes its deadline, so a dead bridge does not make the
             # simulator race through hover steps. A paced loop sleeps in its own pacing instead.
@@ -255,10 +268,16 @@ class ControlLink:
     def _give_up_if_too_long(self, now: float, what: str) -> None:
         silent_s = self._silent_s(now)
         if silent_s >= self.max_outage_s:
+            last = f" (last: {self._last_why})" if self._last_why else ""
+            says = (
+                self.client.status_from(self.status_probe_s)
+                if self.status_probe_s
+                else "the bridge's status was not asked for"
+            )
             raise LinkLost(
                 self.client.endpoint,
                 f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
-                f"(limit {self.max_outage_s:g} s) while {what}; finished episodes are in the log",
+                f"(limit {self.max_outage_s:g} s) while {what}{last}; {says}; finished episodes are in the log",
             )
 
     def _on_reply(self) -> None:
@@ -270,6 +289,7 @@ class ControlLink:
             if self._streak_misses:
                 self.emit("failsafe_released", misses=self._streak_misses, duration_s=now - self._streak_start)
         self._streak_start, self._streak_misses, self._in_outage = None, 0, False
+        self._last_why = ""
         self._last_reply = now
         self._silent_since = None
 
@@ -292,6 +312,7 @@ class ControlLink:
                 self._on_reply()
                 return reply
             except BridgeUnreachable:
+                self._last_why = f"{what} unanswered"
                 if self._streak_start is None:
                     self._streak_start = time.monotonic()
                 if not self._in_outage:
@@ -308,6 +329,7 @@ class ControlLink:
                     self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
                     self.emit(**event)
             except BridgeBusy:
+                self._last_why = "bridge busy: its peer cap is full"
                 time.sleep(min(timeout_s, 0.1))  # served once another peer leaves; until then, as an outage
             except BridgeRefused as exc:
                 if exc.code != ErrorCode.NO_POLICY or self.policy is None:

@@ -4,7 +4,9 @@ This kernel has no ``tc netem``, so delay, jitter, stalls and cut connections ar
 
 * latency: every chunk is held ``delay_s +- jitter_s`` (uniform) per direction. Chunks of one
   direction are released in order, as TCP would deliver them - jitter never reorders bytes;
-* stall: nothing is forwarded for a while (a Wi-Fi freeze); held data arrives afterwards;
+* stall: nothing is forwarded for a while (a Wi-Fi freeze); held data arrives afterwards, and what the
+  client sent on each connection while held is counted (``stalled_upstream_bytes``): a client that keeps
+  sending into a frozen link has the bridge execute a burst of stale requests when it thaws;
 * cut: every open connection is closed at once (an access point drops its clients).
 
 Packet loss is not faked here: it is real, dropped by nftables inside the bridge's network
@@ -39,6 +41,10 @@ class FaultProxy:
         self.port = 0
         self.connections_total = 0
         self.cuts = 0
+        # Bytes a client sent on one connection while a stall held them, one entry per connection and stall.
+        self.stalled_upstream_bytes: list[int] = []
+        self.upstream_chunks = 0  # chunks read from clients, so a test can wait for traffic (wait_for_upstream)
+        self._traffic = threading.Condition()
         self._random = random.Random(seed)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
@@ -64,6 +70,13 @@ class FaultProxy:
 
     def stall(self, seconds: float) -> None:
         self.toxics.stall_until = time.monotonic() + seconds
+
+    def wait_for_upstream(self, chunks: int, timeout_s: float) -> None:
+        """Block until ``chunks`` more chunks have come from clients (requests flowing); fail after timeout_s."""
+        with self._traffic:
+            target = self.upstream_chunks + chunks
+            if not self._traffic.wait_for(lambda: self.upstream_chunks >= target, timeout_s):
+                raise AssertionError(f"fewer than {chunks} chunks from clients within {timeout_s} s")
 
     def cut_connections(self) -> int:
         """Close every open connection (both sides); return how many were open."""
@@ -107,7 +120,7 @@ class FaultProxy:
         self._writers |= {client_writer, upstream_writer}
         try:
             await asyncio.gather(
-                self._pipe(client_reader, upstream_writer),
+                self._pipe(client_reader, upstream_writer, upstream=True),
                 self._pipe(upstream_reader, client_writer),
                 return_exceptions=True,
             )
@@ -116,7 +129,7 @@ class FaultProxy:
                 self._writers.discard(writer)
                 writer.transport.abort()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: bool = False) -> None:
         """Forward one direction; each chunk waits its own delay but never overtakes the previous one."""
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
 
@@ -130,12 +143,30 @@ class FaultProxy:
 
         sender = asyncio.ensure_future(deliver())
         last_due = 0.0
+        held = 0  # bytes read while the current stall holds them
+
+        def count_held() -> None:
+            nonlocal held
+            if held:
+                self.stalled_upstream_bytes.append(held)
+                held = 0
+
         try:
             while chunk := await reader.read(65536):
                 delay = self.toxics.delay_s + self._random.uniform(-self.toxics.jitter_s, self.toxics.jitter_s)
                 last_due = max(time.monotonic() + max(delay, 0.0), last_due)  # in order, like TCP
                 queue.put_nowait((last_due, chunk))
+                if upstream:
+                    if self.toxics.stall_until > time.monotonic():
+                        held += len(chunk)
+                    else:
+                        count_held()
+                    with self._traffic:
+                        self.upstream_chunks += 1
+                        self._traffic.notify_all()
         finally:
+            if upstream:
+                count_held()
             queue.put_nowait(None)
             try:
                 await sender
