@@ -198,37 +198,25 @@ def test_fifty_req_and_fifty_dealer_clients_beyond_the_peer_cap_on_a_busy_cpu(tm
             kind = "act" if reply["type"] == "act" else reply.get("code", "other")
             answers[kind if kind in answers else "other"] += 1
 
-    def req_client(endpoint: str) -> None:
-        socket = zmq.Context.instance().socket(zmq.REQ)
+    def client(kind: int, endpoint: str) -> None:
+        """REQ: 10 acts, each sent once the one before is answered; DEALER: 20 sent at once, then read."""
+        name, count = ("REQ", 10) if kind == zmq.REQ else ("DEALER", 20)
+        socket = zmq.Context.instance().socket(kind)
         socket.setsockopt(zmq.LINGER, 0)
         socket.connect(endpoint)
         try:
-            for seq in range(1, 11):
-                socket.send(act(seq, observation))
+            if kind == zmq.DEALER:
+                for seq in range(1, count + 1):
+                    socket.send_multipart([b"", act(seq, observation)])
+            for seq in range(1, count + 1):
+                if kind == zmq.REQ:
+                    socket.send(act(seq, observation))
                 if not socket.poll(120_000):
-                    failures.append(f"REQ: no reply to act {seq}")
-                    return
-                reply = unpack(socket.recv())
-                if reply["seq"] != seq:
-                    failures.append(f"REQ: reply {reply['seq']} to act {seq}")
-                tally(reply)
-        finally:
-            socket.close(linger=0)
-
-    def dealer_client(endpoint: str) -> None:
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.connect(endpoint)
-        try:
-            for seq in range(1, 21):
-                socket.send_multipart([b"", act(seq, observation)])
-            for seq in range(1, 21):
-                if not socket.poll(120_000):
-                    failures.append(f"DEALER: no reply to act {seq}")
+                    failures.append(f"{name}: no reply to act {seq}")
                     return
                 reply = unpack(socket.recv_multipart()[-1])
                 if reply["seq"] != seq:
-                    failures.append(f"DEALER: reply {reply['seq']} to act {seq}")
+                    failures.append(f"{name}: reply {reply['seq']} to act {seq}")
                 tally(reply)
         finally:
             socket.close(linger=0)
@@ -236,8 +224,9 @@ def test_fifty_req_and_fifty_dealer_clients_beyond_the_peer_cap_on_a_busy_cpu(tm
     with BridgeProcess(["--policy", str(model), "--log-level", "warning"]) as bridge:
         before = status(bridge.endpoint)
         with cpu_hogs(len(os.sched_getaffinity(0))):
-            clients = [threading.Thread(target=req_client, args=(bridge.endpoint,)) for _ in range(50)]
-            clients += [threading.Thread(target=dealer_client, args=(bridge.endpoint,)) for _ in range(50)]
+            clients = [
+                threading.Thread(target=client, args=(kind, bridge.endpoint)) for kind in (zmq.REQ, zmq.DEALER) * 50
+            ]
             for client in clients:
                 client.start()
             for client in clients:
