@@ -179,6 +179,12 @@ def validate_dynamics(cfg: DynamicsConfig) -> None:
             (positive if k.startswith(("p_", "max_", "integral")) else nonneg)(f"{section}.{k}", v)
     if not cfg.velocity_loop.max_tilt_deg < 80:
         raise ConfigError(f"{src}: velocity_loop.max_tilt_deg must be below 80, got {cfg.velocity_loop.max_tilt_deg}")
+    if not cfg.velocity_loop.max_accel_down < GRAVITY:
+        # The thrust vector's vertical part is g - max_accel_down: at g or more it points nowhere (or down), and the
+        # attitude it asks for is undefined.
+        raise ConfigError(
+            f"{src}: velocity_loop.max_accel_down must be below g ({GRAVITY} m/s^2), got {cfg.velocity_loop.max_accel_down}"
+        )
     positive("physics.step", cfg.physics.step)
     if cfg.physics.step > 0.01:
         raise ConfigError(f"{src}: physics.step {cfg.physics.step} s is too coarse for the rate loop (at most 0.01)")

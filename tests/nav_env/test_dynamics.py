@@ -194,6 +194,10 @@ def test_dynamics_config_errors_are_one_line():
         load_dynamics(None, {"airframe.mass": 5.0})
     with pytest.raises(ConfigError, match="camera_mount.mount"):
         load_dynamics(None, {"camera_mount.mount": "belly"})
+    for at_or_past_g in (9.81, 12.0):  # the thrust vector's vertical part g - max_accel_down would be <= 0
+        with pytest.raises(ConfigError, match=r"velocity_loop.max_accel_down must be below g"):
+            load_dynamics(None, {"velocity_loop.max_accel_down": at_or_past_g})
+    assert load_dynamics(None, {"velocity_loop.max_accel_down": 9.0}).velocity_loop.max_accel_down == 9.0
     with pytest.raises(ConfigError, match="unknown simulator backend"):
         NavEnv(backend="bullet")
 
