@@ -137,7 +137,8 @@ class ConnectionGate:
                 # unknown or still bound to the connection that had it before.
                 while zap.poll(0):
                     held.append(zap.recv_multipart())
-                time.sleep(self.pause_s)
+                if self.pause_s:
+                    time.sleep(self.pause_s)
                 if not self._drain_monitor():
                     return
                 # Each held handshake is either a connection within the cap or a shed one; answered only
@@ -146,7 +147,8 @@ class ConnectionGate:
                     for request in held:
                         self._answer_zap(request)
                     held.clear()
-                    time.sleep(self.pause_s)
+                    if self.pause_s:
+                        time.sleep(self.pause_s)
         except zmq.ZMQError:  # the context or socket went away: the bridge is stopping
             return
         finally:

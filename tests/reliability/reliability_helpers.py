@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -122,3 +123,10 @@ class RawDealer:
 
     def close(self) -> None:
         self.socket.close(linger=0)
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set of process ``pid`` (VmRSS), in bytes."""
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    assert match is not None, f"no VmRSS for pid {pid}"
+    return int(match.group(1)) * 1024

@@ -9,12 +9,12 @@ Without the cap, 8 raw peers each holding a 32 MiB frame one byte short take the
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from reliability_helpers import rss_bytes
 from zmtp_peer import RawZmtpPeer
 
 from firmware_bridge.client import BridgeClient
@@ -34,11 +34,6 @@ FRAME_LIMIT = DEFAULT_MAX_MESSAGE_BYTES + TRANSPORT_SLACK_BYTES
 # little per connection beyond the frame itself).
 MAX_CONNECTIONS = 2 * DEFAULT_MAX_PEERS
 CONNECTION_BOUND = MAX_CONNECTIONS * (RCVHWM_MESSAGES + 1) * FRAME_LIMIT + 8 * MIB
-
-
-def rss_bytes(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
 
 
 def port_of(bridge: BridgeProcess) -> int:

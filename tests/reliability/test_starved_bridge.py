@@ -15,7 +15,6 @@ commands and sends again; each such reply is counted in status (peers.replies_re
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from reliability_helpers import RawDealer, rss_bytes
 
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import DEFAULT_MAX_PEERS, SNDHWM_MESSAGES, pack, unpack
@@ -59,15 +59,13 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 
 def status(endpoint: str) -> dict:
-    socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.connect(endpoint)
+    peer = RawDealer(endpoint)
     try:
-        socket.send_multipart([b"", pack({"v": 1, "type": "status", "seq": 1})])
-        assert socket.poll(REPLY_TIMEOUT_MS), "no reply to status"
-        return unpack(socket.recv_multipart()[-1])
+        reply = peer.call({"v": 1, "type": "status", "seq": 1}, REPLY_TIMEOUT_MS)
     finally:
-        socket.close(linger=0)
+        peer.close()
+    assert reply is not None, "no reply to status"
+    return reply
 
 
 def exchange(endpoint: str, kind: str, count: int, in_flight: int) -> list[float]:
@@ -137,13 +135,6 @@ def test_a_client_that_waits_for_each_reply_gets_every_reply_from_a_starved_brid
     )
     assert answered_under_load["counters"]["requests"] - requests_before == REQUESTS + 1  # + the status itself
     assert peers["replies_dropped_unread"] == 0 and peers["replies_dropped_closed"] == 0
-
-
-def rss_bytes(pid: int) -> int:
-    text = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"VmRSS:\s+(\d+) kB", text)
-    assert match is not None
-    return int(match.group(1)) * 1024
 
 
 def test_a_peer_that_never_reads_its_replies_cannot_grow_the_bridge(bridge: BridgeProcess) -> None:
