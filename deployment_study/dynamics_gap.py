@@ -36,6 +36,7 @@ import numpy as np
 
 from airq_cli import ArgumentParser, UserError, output_dir, run, write_atomic, write_json
 from firmware_bridge.device import cpu_model, format_versions, package_versions
+from nav_env.backends import get_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = [str(ROOT / "models" / f"policy{i}_{p}.onnx") for i in (1, 2, 3) for p in ("fp32", "int8")]
@@ -84,7 +85,9 @@ def fly(
     """The cell, from OUT/cells/ if an earlier run finished it, else flown now (and saved)."""
     key = {"model": model, "sha256": _sha256(model), "level": level, "simulator": simulator, "episodes": episodes,
            "seed": seed, "tau": tau, "delay_ms": delay_ms}  # fmt: skip
-    if simulator == "mujoco" and dynamics is not None:
+    # a cell's simulator is its backend, a variant after "-" (embedded-fitted: the embedded vehicle, the fitted tau)
+    backend = get_backend(simulator.split("-")[0])
+    if backend.dynamics_config and dynamics is not None:
         key["dynamics"] = {"path": dynamics, "sha256": _sha256(dynamics)}
     path = _cell_path(out, key)
     if path.is_file():
@@ -98,11 +101,17 @@ def fly(
     policy = load_policy(model, "best", cfg)
     check_obs_dim(policy, cfg.obs_dim, cfg.level)
     latency = offline_latency(f"fixed:{delay_ms:g}") if delay_ms else None
-    backend = "mujoco" if simulator == "mujoco" else "embedded"
     t0 = time.perf_counter()
     results = sorted(
         run_episodes(
-            policy.act, cfg, episodes, seed, num_envs, latency, backend, dynamics if backend == "mujoco" else None
+            policy.act,
+            cfg,
+            episodes,
+            seed,
+            num_envs,
+            latency,
+            backend.name,
+            dynamics if backend.dynamics_config else None,
         ),
         key=lambda r: r.episode,
     )

@@ -34,6 +34,7 @@ from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
 from device_emulation.profiles import FIGURES, load_profiles
 from firmware_bridge.device import format_versions
+from nav_env.backends import get_backend
 
 # ---------------------------------------------------------------------------------- cells
 
@@ -68,7 +69,7 @@ def md_header(data: StudyResults) -> str:
         f"Device: {d.get('cpu_model') or d.get('machine') or '?'} ({d.get('cores', '?')} cores), onnxruntime "
         f"{d.get('onnxruntime_version', '?')}; {a.episodes} seeded episodes per model and level (seeds "
         f"{a.seed}-{a.seed + a.episodes - 1}), levels {', '.join(a.levels)}, {a.backend} simulator"
-        + (" (rigid-body quadrotor, docs/dynamics.md)" if a.backend == "mujoco" else "")
+        + ("" if (backend := get_backend(a.backend)).is_default else f" ({backend.help})")
         + "; every precision flies the same episodes."
         + (
             f" Wall time {data.wall_s / 60:.1f} min"

@@ -22,6 +22,7 @@ import numpy as np
 from airq_cli import json_text, shown, write_atomic, write_json
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
+from nav_env.backends import get_backend
 from nav_env.latency import round_trip_quantiles_us
 from nav_env.render import figure_png
 from nav_env.rollout import EpisodeResult, summarize
@@ -514,8 +515,8 @@ def _trajectory_png(
     if report.vehicle:
         v = report.vehicle
         subtitle += f", flown by {v.get('autopilot')} {v.get('firmware')} (the arena placed on its start pose)"
-    elif report.backend != "embedded":
-        subtitle += f", {report.backend} simulator"
+    elif not get_backend(report.backend).is_default:
+        subtitle += f", {get_backend(report.backend).world}"
     if row.get("path_length") is not None:
         subtitle += (
             f"; path flown {row['path_length']:.1f} m, start to goal {row['start_distance']:.1f} m in a straight line"

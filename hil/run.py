@@ -78,7 +78,7 @@ from hil.report import (
     write_report,
 )
 from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv, check_endpoint
-from nav_env.backends import BACKENDS, make_env
+from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
 from nav_env.config import ConfigError, NavConfig, load_level
 from nav_env.latency import LatencySource, parse_latency
 from nav_env.rollout import EpisodeResult
@@ -96,7 +96,7 @@ class RunArgs:
     level: str = "default"
     seed: int = 0
     rate_hz: float | None = None  # pace the loop; deadline misses are counted
-    backend: str = "embedded"  # simulator: embedded, mujoco (rigid-body quadrotor) or airsim
+    backend: str = DEFAULT_BACKEND  # where the policy flies (nav_env.backends)
     airsim_host: str = "127.0.0.1"
     airsim_port: int = 41451
     airsim_scene: str | None = None  # TOML/JSON description of the map's obstacles (nav_env.airsim.scene)
@@ -200,9 +200,8 @@ def parse_args(argv: list[str] | None) -> RunArgs:
     p.add_argument("--rate-hz", type=float, help="pace the loop at this rate (default: free-running)")
     p.add_argument(
         "--backend",
-        choices=BACKENDS,
-        help="simulator: embedded (default), mujoco (rigid-body quadrotor), airsim, or autopilot (a real ArduPilot/PX4 "
-        "vehicle flown by the bridge over MAVLink, the world virtual: docs/autopilot.md)",
+        choices=backend_names(),
+        help="where the policy flies: " + "; ".join(f"{b}: {get_backend(b).help}" for b in backend_names()),
     )
     p.add_argument("--airsim-host", help="AirSim / Cosys-AirSim server (with --backend airsim)")
     p.add_argument("--airsim-port", type=int)
@@ -364,8 +363,8 @@ def check_args(args: RunArgs) -> RunSetup:
         raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
     if args.bridge_key is not None and args.sim_only:
         raise UserError("--bridge-key/--client-key apply to --host runs (a --sim-only bridge is local)")
+    _check_backend(args)
     timing = _check_timing(args)
-    _check_autopilot(args)
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
         profile = get_profile(args.profile)
@@ -382,13 +381,22 @@ def check_args(args: RunArgs) -> RunSetup:
     return RunSetup(cfg, profile, timing, deadline_s, pace_hz)
 
 
-def _check_autopilot(args: RunArgs) -> None:
-    """--backend autopilot's arguments, and none of them without it."""
-    if args.backend != "autopilot":
+def _check_backend(args: RunArgs) -> None:
+    """The backend's arguments: a real vehicle's links and takeoff with a backend that flies one and with no other;
+    nothing that paces the loop for a backend in its vehicle's own clock."""
+    backend = get_backend(args.backend)
+    if backend.own_clock and (args.timing != "lockstep" or args.rate_hz is not None):
+        raise UserError(
+            f"--backend {backend.name} flies in the {backend.name}'s clock: no --timing latency, no --rate-hz"
+        )
+    if not backend.flies_real_vehicle:
         given = [flag for flag, value in (("--telemetry", args.telemetry), ("--fc", args.fc),
                                           ("--takeoff-m", args.takeoff_m)) if value is not None]  # fmt: skip
         if given:
-            raise UserError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --backend autopilot")
+            raise UserError(
+                f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --backend "
+                + " or ".join(backend_names(flies_real_vehicle=True))
+            )
         return
     if args.telemetry is None:
         raise UserError("--backend autopilot needs --telemetry ENDPOINT: this host's MAVLink link to the autopilot")
@@ -398,8 +406,6 @@ def _check_autopilot(args: RunArgs) -> None:
         raise UserError("--fc applies to --sim-only runs: a device's bridge has its own --fc")
     if args.sim_only and args.device_arch != "native":
         raise UserError("--backend autopilot runs the local bridge natively (--device-arch native)")
-    if args.timing != "lockstep" or args.rate_hz is not None:
-        raise UserError("--backend autopilot flies in the autopilot's clock: no --timing latency, no --rate-hz")
     if args.takeoff_m is not None and not 0.5 <= args.takeoff_m <= 120:
         raise UserError(f"--takeoff-m must be within 0.5..120 m, got {args.takeoff_m}")
     if args.preflight_timeout_s <= 0:
@@ -418,8 +424,12 @@ def _check_timing(args: RunArgs) -> Timing:
         if args.latency != "measured" or args.device_rate:
             raise UserError("--latency and --device-rate apply to --timing latency")
         return Lockstep()
-    if args.backend == "airsim":
-        raise UserError("--timing latency needs a simulator nav_env runs (--backend embedded or mujoco)")
+    if not get_backend(args.backend).in_process:
+        raise UserError(
+            "--timing latency needs a simulator nav_env runs (--backend "
+            + " or ".join(backend_names(in_process=True))
+            + ")"
+        )
     if args.device_rate and args.rate_hz is not None:
         raise UserError("--device-rate and --rate-hz are two different periods: give one")
     source = parse_latency(args.latency)  # one-line error for a bad source
@@ -646,20 +656,9 @@ def run(args: RunArgs, *, command: str, progress: RunProgress | None = None) -> 
 
 
 def _make_env(args: RunArgs, cfg: NavConfig) -> gym.Env:
+    backend = get_backend(args.backend)
     try:
-        options = (
-            {
-                "host": args.airsim_host,
-                "port": args.airsim_port,
-                "scene": args.airsim_scene,
-                "lockstep": args.airsim_lockstep,
-            }
-            if args.backend == "airsim"
-            else {"telemetry": args.telemetry}
-            if args.backend == "autopilot"
-            else {}
-        )
-        return make_env(cfg, args.backend, render_mode="rgb_array", **options)
+        return backend.make_env(cfg, "rgb_array", backend.options_from(vars(args)))
     except (ValueError, RuntimeError) as e:
         raise UserError(str(e)) from None
 
@@ -781,7 +780,7 @@ class Flights:
         args, cfg, log, path, onnx = self.args, self.setup.cfg, self.log, flight.path, flight.onnx
         # the autopilot's vehicle is reached through the bridge, which the env needs running first (ArduPilot SITL
         # starts its firmware only when its first serial port has a client: the bridge)
-        if self._env is None and args.backend != "autopilot":
+        if self._env is None and not get_backend(args.backend).bridge_first:
             self._env = _make_env(args, cfg)
         self.progress.policy_started(path, len(flight.episodes))
         with (device := Device(args, self.setup.profile)) as client:
@@ -911,8 +910,7 @@ def _timing_line(report: dict) -> str:
 
 
 def _world(report: dict) -> str:
-    backend = report.get("backend", "embedded")
-    return "an autopilot's vehicle in a virtual arena" if backend == "autopilot" else f"{backend} simulator"
+    return get_backend(report.get("backend", DEFAULT_BACKEND)).world
 
 
 def _header(report: dict) -> str:

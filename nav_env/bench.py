@@ -32,6 +32,7 @@ from airq_cli import ArgumentParser, UserError, output_file, run, write_json
 
 # stdlib only: the one description of a CPU, device, host and package versions
 from firmware_bridge.device import cpu_model, format_versions, package_versions
+from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
 from nav_env.config import camera_overrides, load_level
 from nav_env.env import NavEnv
 from nav_env.vector import NavVectorEnv
@@ -45,7 +46,7 @@ def _actions(n: int, batch: int | None, seed: int = 0) -> np.ndarray:
 class SingleRun:
     """One NavEnv flown with random actions (resetting at each episode's end), in turns of given length."""
 
-    def __init__(self, level: str, overrides: dict | None = None, backend: str = "embedded"):
+    def __init__(self, level: str, overrides: dict | None = None, backend: str = DEFAULT_BACKEND):
         self.env = NavEnv(level, overrides=overrides, backend=backend)
         self.env.reset(seed=0)
         self.acts = _actions(256, None).tolist()
@@ -104,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=output_file, help="write the figures as JSON here")
     p.add_argument(
         "--backend",
-        choices=("embedded", "mujoco"),
-        default="embedded",
-        help="mujoco: also measure the rigid-body backend",
+        choices=backend_names(in_process=True),
+        default=DEFAULT_BACKEND,
+        help="another in-process backend (mujoco: the rigid-body quadrotor) to measure beside the embedded one",
     )
     p.add_argument(
         "--camera", default=None, help="depth image HEIGHTxWIDTH, e.g. 144x256 (default: the level's, 32x32)"
@@ -120,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides)
     sync = gym.vector.SyncVectorEnv([lambda: NavEnv(args.level, overrides=overrides) for _ in range(args.num_envs)])
     runs: dict[str, list[float]] = {"single": [], "sync_vector": [], "native_vector": []}
-    dynamic = args.backend == "mujoco"
-    if dynamic:
-        mj_native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides, backend="mujoco")
-        runs |= {"mujoco_single": [], "mujoco_native_vector": []}
+    other = None if get_backend(args.backend).is_default else args.backend  # measured beside the default backend
+    if other:
+        other_native = NavVectorEnv(args.num_envs, level=args.level, overrides=overrides, backend=other)
+        runs |= {f"{other}_single": [], f"{other}_native_vector": []}
     for r in range(args.rounds):
         # fresh envs each round, as the episodes they start from; then turns in a fixed order
         runners: dict[str, SingleRun | VectorRun] = {
@@ -131,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             "sync_vector": VectorRun(sync, args.num_envs),
             "native_vector": VectorRun(native, args.num_envs),
         }
-        if dynamic:
-            runners["mujoco_single"] = SingleRun(args.level, overrides, backend="mujoco")
-            runners["mujoco_native_vector"] = VectorRun(mj_native, args.num_envs)
+        if other:
+            runners[f"{other}_single"] = SingleRun(args.level, overrides, backend=other)
+            runners[f"{other}_native_vector"] = VectorRun(other_native, args.num_envs)
         done = {k: 0 for k in runners}
         took = {k: 0.0 for k in runners}
         for _ in range(args.slices):
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "native_over_sync": med["native_vector"] / med["sync_vector"],
         "single_over_native": med["single"] / med["native_vector"],
         "single_over_native_by_round": [s / n for s, n in zip(runs["single"], runs["native_vector"])],
-        "backends": ["embedded", "mujoco"] if dynamic else ["embedded"],
+        "backends": [DEFAULT_BACKEND, *([other] if other else [])],
         "machine": {
             "cpu": cpu_model(),
             "cores": os.cpu_count(),
@@ -179,13 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         f"single / native (env-steps/s of one NavEnv over the native vector env's): "
         f"{result['single_over_native']:.2f} ({result['single_over_native']:.0%}; rounds {min(by_round):.2f}-{max(by_round):.2f})"
     )
-    if dynamic:
+    if other:
         for kind in ("single", "native_vector"):
-            result[f"mujoco_over_embedded_{kind}"] = med[f"mujoco_{kind}"] / med[kind]
+            result[f"{other}_over_{DEFAULT_BACKEND}_{kind}"] = med[f"{other}_{kind}"] / med[kind]
         print(
-            "mujoco / embedded: single {:.2f}, native vector {:.2f}".format(
-                result["mujoco_over_embedded_single"], result["mujoco_over_embedded_native_vector"]
-            )
+            f"{other} / {DEFAULT_BACKEND}: single {result[f'{other}_over_{DEFAULT_BACKEND}_single']:.2f}, "
+            f"native vector {result[f'{other}_over_{DEFAULT_BACKEND}_native_vector']:.2f}"
         )
     print(format_versions(result["versions"]))
     if args.out:

@@ -8,6 +8,7 @@ import numpy as np
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.arena import sample_episode
+from nav_env.backends import simulator
 from nav_env.common import (
     TaskEnv,
     check_latency,
@@ -15,7 +16,6 @@ from nav_env.common import (
 )
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim, SingleSim
-from nav_env.simulators import simulator
 
 
 class NavEnv(TaskEnv):

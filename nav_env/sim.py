@@ -974,3 +974,9 @@ def _probe_sums() -> tuple[bool, bool]:
 
 
 _NORM_IS_PLAIN, _EINSUM_PLANAR_IS_PLAIN = _probe_sums()
+
+
+def embedded_simulator(cfg: NavConfig, n: int, dynamics: object, single: bool) -> BatchSim:
+    """The embedded backend's simulator (nav_env.backends): ``single`` with ``n`` 1 is :class:`SingleSim`, the
+    batch code's fast path for one env (bit for bit the batch code's results)."""
+    return SingleSim(cfg) if single and n == 1 else BatchSim(cfg, n)

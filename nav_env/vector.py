@@ -11,10 +11,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from nav_env.arena import sample_episode
+from nav_env.backends import simulator
 from nav_env.common import ZoneCurriculum, action_space, check_latency, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
-from nav_env.simulators import simulator
 
 INFO_KEYS = (
     "is_success",

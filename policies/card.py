@@ -14,6 +14,7 @@ from pathlib import Path
 
 from airq_cli import ArgumentParser, output_file, run, write_atomic, write_json
 from firmware_bridge.device import format_versions, package_versions
+from nav_env.backends import DEFAULT_BACKEND, get_backend
 from nav_env.rollout import HEADLINE_FIELDS
 from policies.errors import UserError
 
@@ -135,7 +136,11 @@ def to_markdown(card: dict) -> str:
         f"# {card['model']}",
         "",
         f"{card['preset']} ({card['algorithm'].upper()}, ReLU MLP), level `{card['level']}` ({card['env_id']}"
-        + (", trained in the mujoco backend" if card.get("backend") == "mujoco" else "")
+        + (
+            ""
+            if (trained_in := get_backend(card.get("backend") or DEFAULT_BACKEND)).is_default
+            else f", trained in the {trained_in.name} backend"
+        )
         + "), "
         + f"{card['precision']}, {card['size_bytes'] / 1e6:.2f} MB, sha256 `{card['sha256'][:16]}...`",
         "",

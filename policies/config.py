@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, output_dir
+from nav_env.backends import backend_names
 from policies.errors import UserError
 from policies.presets import check_algorithm, get_preset
 
@@ -84,8 +85,11 @@ class TrainConfig:
         check_algorithm(self.algo)
         if self.lr_schedule not in ("linear", "constant"):
             raise UserError(f"lr_schedule must be 'linear' or 'constant', got {self.lr_schedule!r}")
-        if self.backend not in ("embedded", "mujoco"):
-            raise UserError(f"backend must be 'embedded' or 'mujoco', got {self.backend!r}")
+        if self.backend not in backend_names(in_process=True):
+            raise UserError(
+                f"backend must be one nav_env trains in ({', '.join(backend_names(in_process=True))}), "
+                f"got {self.backend!r}"
+            )
         for name in (
             "steps",
             "num_envs",

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
-from nav_env.backends import SIM_BACKENDS
+from nav_env.backends import DEFAULT_BACKEND, backend_names
 from nav_env.config import load_level
 from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
@@ -202,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-envs", type=int, default=32)
     p.add_argument(
-        "--backend", choices=SIM_BACKENDS, default="embedded", help="simulator: embedded, or mujoco (rigid body)"
+        "--backend",
+        choices=backend_names(in_process=True),
+        default=DEFAULT_BACKEND,
+        help="the simulator (nav_env.backends)",
     )
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best", help="which checkpoint of a run directory")
     p.add_argument("--out", type=output_dir, default="out/eval", help="output folder")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from airq_cli import MISSING, shown
 from firmware_bridge.device import format_versions, package_versions
+from nav_env.backends import DEFAULT_BACKEND, Backend, get_backend
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, load_policy
 
@@ -28,7 +29,11 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
         f"# {pm.path.name}",
         "",
         f"{meta.get('airq.preset', '?')} ({meta.get('airq.algorithm', '?')}, trained on `{meta.get('airq.level', '?')}`"
-        + (f" in the {meta['airq.backend']} backend" if meta.get("airq.backend", "embedded") != "embedded" else "")
+        + (
+            ""
+            if (trained_in := _backend(meta.get("airq.backend"))).is_default
+            else f" in the {trained_in.name} backend"
+        )
         + ", "
         + f"{meta.get('airq.train_steps', '?')} steps), precision **{meta.get('airq.precision', 'fp32')}**.",
         "",
@@ -94,8 +99,8 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
             d = report.get("paired_vs_first", {}).get(name)
             diff = f"{d['diff']:+.1%} ({d['low']:+.1%}, {d['high']:+.1%})" if d else MISSING
             p = shown(d["mcnemar_p"] if d else None, ".3g")
-            backend = report.get("backend", "embedded")
-            level = report["level"] + (f" ({backend})" if backend != "embedded" else "")
+            backend = _backend(report.get("backend"))
+            level = report["level"] + ("" if backend.is_default else f" ({backend.name})")
             lines.append(
                 f"| {level} | {report['episodes']} (seeds {report['seed']}..) | {s['success_rate']:.1%} | "
                 f"{s['success_ci95'][0]:.1%}-{s['success_ci95'][1]:.1%} | {fs['success_rate']:.1%} | {diff} | {p} |"
@@ -127,3 +132,11 @@ def write_card(model: str, evals: list[str], bench: str | None, command: str | N
     from airq_cli import write_atomic
 
     return write_atomic(out, build_card(model, evals, bench, command).encode())
+
+
+def _backend(name: str | None) -> Backend:
+    """The backend a model's metadata or an evaluation names (none named: the default)."""
+    try:
+        return get_backend(name or DEFAULT_BACKEND)
+    except ValueError as e:
+        raise QuantizeError(str(e)) from None

@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from nav_env.backends import DEFAULT_BACKEND, get_backend
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, set_metadata
 from quantize.options import INT8_SCHEMES, Int8Scheme, StaticInt8Options  # noqa: F401 - re-exported
@@ -413,13 +414,18 @@ def quantize_file(
     act = policy_fn(src_session)
     calib_seed = CALIBRATION_SEED if seed is None else seed
     # calibrate where the policy was trained to fly: the simulator its export recorded (docs/dynamics.md)
-    backend = src.metadata.get("airq.backend") or "embedded"
+    try:
+        backend = get_backend(src.metadata.get("airq.backend") or DEFAULT_BACKEND)
+    except ValueError as e:
+        raise QuantizeError(f"{src.path}: airq.backend: {e}") from None
+    if not backend.in_process:
+        raise QuantizeError(f"{src.path}: trained in the {backend.name} backend, which cannot calibrate here")
     extra: dict = {"levels": ",".join(level_names)}
-    if backend != "embedded":
-        extra["backend"] = backend
+    if not backend.is_default:
+        extra["backend"] = backend.name
     if target == "int8":
         opts = opts_in
-        obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples, backend)
+        obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples, backend.name)
         out = quantize_static_int8(src, obs, opts)
         if distill is not None:
             out, distill_summary = distill_model(
@@ -432,7 +438,7 @@ def quantize_file(
                 max_distill_samples,
                 distill,
                 INT8_SCHEMES[opts.scheme].weight_max,
-                backend,
+                backend.name,
             )
         scheme = INT8_SCHEMES[opts.scheme]
         method = (
@@ -521,7 +527,7 @@ def quantize_file(
             ) from None
         per_level, same = {}, []
         for name, cfg in zip(level_names, cfgs):
-            held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples, backend)
+            held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples, backend.name)
             q_actions, _ = run_logits(q_session, held)
             ref_actions, _ = run_logits(src_session, held)
             same.append(q_actions == ref_actions)

@@ -442,3 +442,9 @@ def _size_geoms(model, ids: np.ndarray, size: np.ndarray, n_cylinders: int) -> N
     half = size.copy()
     half[:n_cylinders, 1], half[:n_cylinders, 2] = c[:, 0], c[:, 1]
     model.geom_aabb[ids] = np.concatenate([np.zeros_like(half), half], axis=1)
+
+
+def mujoco_simulator(cfg: NavConfig, n: int, dynamics: DynamicsConfig | str | None, single: bool) -> MujocoSim:
+    """The mujoco backend's simulator (nav_env.backends); ``dynamics``: a config, a dynamics TOML path, or None for
+    the shipped Iris. One env or many, it is the same batch code."""
+    return MujocoSim(cfg, n, dynamics if isinstance(dynamics, DynamicsConfig) else load_dynamics(dynamics))

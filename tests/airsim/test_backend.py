@@ -13,7 +13,7 @@ import pytest
 
 from nav_env.actions import ACTION_NAMES
 from nav_env.arena import make_episode, sample_episode
-from nav_env.backends import make_env
+from nav_env.backends import AirSimOptions, make_env
 from nav_env.config import load_level
 from nav_env.env import NavEnv
 
@@ -241,7 +241,8 @@ def test_old_msgpack_is_refused(monkeypatch, serve, client_name):
 def test_make_env_and_render(serve, client_name):
     ep = make_episode(CFG, (10, 15), (25, 15), cylinders=[(20, 20, 1.0)])
     server = serve(CFG, ep)
-    env = make_env(CFG, "airsim", render_mode="rgb_array", host=server.host, port=server.port, client=client_name)
+    options = AirSimOptions(host=server.host, port=server.port, client=client_name)
+    env = make_env(CFG, "airsim", render_mode="rgb_array", options=options)
     try:
         env.reset(options={"episode": ep})
         env.step(FORWARD5)

@@ -198,7 +198,7 @@ def test_dynamics_config_errors_are_one_line():
         with pytest.raises(ConfigError, match=r"velocity_loop.max_accel_down must be below g"):
             load_dynamics(None, {"velocity_loop.max_accel_down": at_or_past_g})
     assert load_dynamics(None, {"velocity_loop.max_accel_down": 9.0}).velocity_loop.max_accel_down == 9.0
-    with pytest.raises(ConfigError, match="unknown simulator backend"):
+    with pytest.raises(ConfigError, match="unknown backend"):
         NavEnv(backend="bullet")
 
 
