@@ -29,10 +29,14 @@ import base64
 import functools
 import platform
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from firmware_bridge.procfs import read_text
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 PROBE_K = 64
 PROBE_COLUMNS = (127, -127, 64, -64)  # full-range int8 weights, then the u8s7 limits
@@ -139,7 +143,7 @@ class Int8Kernels:
             return cls(False, False, "", "", "the device did not report its int8 kernels")
 
 
-def _columns_exact(sess, rows_of: np.ndarray) -> np.ndarray:
+def _columns_exact(sess: ort.InferenceSession, rows_of: np.ndarray) -> np.ndarray:
     """Per weight column: every row value in ``rows_of``, batches of 1 and 4, gives a x K x w exactly."""
     ok = np.ones(len(PROBE_COLUMNS), dtype=bool)
     for value in rows_of:
@@ -159,7 +163,7 @@ def run_probe() -> Int8Kernels:
         options.intra_op_num_threads = 1
         options.log_severity_level = 3
 
-        def session(signed: bool):
+        def session(signed: bool) -> ort.InferenceSession:
             return ort.InferenceSession(probe_model_bytes(signed), options, providers=["CPUExecutionProvider"])
 
         u8 = _columns_exact(session(False), np.array([PROBE_ACTIVATION], dtype=np.uint8))

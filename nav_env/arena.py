@@ -92,7 +92,10 @@ def _draw(rng: np.random.Generator, cfg: NavConfig, zone: int | None) -> Episode
     return Episode(start, yaw, goal, zone, cyl, box, noise_key)
 
 
-def _place_cylinders(rng, n, radius_range, keep_out, clearance, cfg) -> np.ndarray:
+def _place_cylinders(
+    rng: np.random.Generator, n: int, radius_range: tuple[float, float], keep_out: np.ndarray, clearance: float,
+    cfg: NavConfig,
+) -> np.ndarray:  # fmt: skip
     out = np.zeros((n, 3))
     for i in range(n):
         for _ in range(1000):
@@ -106,7 +109,10 @@ def _place_cylinders(rng, n, radius_range, keep_out, clearance, cfg) -> np.ndarr
     return out
 
 
-def _place_boxes(rng, n, side_range, keep_out, clearance, cfg) -> np.ndarray:
+def _place_boxes(
+    rng: np.random.Generator, n: int, side_range: tuple[float, float], keep_out: np.ndarray, clearance: float,
+    cfg: NavConfig,
+) -> np.ndarray:  # fmt: skip
     out = np.zeros((n, 4))
     for i in range(n):
         for _ in range(1000):

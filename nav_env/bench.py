@@ -68,7 +68,7 @@ class SingleRun:
 class VectorRun:
     """A vector env of ``num_envs`` stepped with random actions (autoreset), in turns of given length."""
 
-    def __init__(self, envs, num_envs: int):
+    def __init__(self, envs: gym.vector.VectorEnv, num_envs: int) -> None:
         self.envs, self.num_envs = envs, num_envs
         self.envs.reset(seed=0)
         self.acts = _actions(32, num_envs)
@@ -89,7 +89,7 @@ def bench_single(level: str, seconds: float, overrides: dict | None = None) -> f
     return steps / elapsed
 
 
-def bench_vector(envs, num_envs: int, seconds: float) -> float:
+def bench_vector(envs: gym.vector.VectorEnv, num_envs: int, seconds: float) -> float:
     """Env-steps/s of a vector env over ``seconds``."""
     steps, elapsed = VectorRun(envs, num_envs).run(seconds)
     return steps / elapsed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,11 @@ from nav_env.config import N_STATE_FEATURES, NavConfig, load_level
 if TYPE_CHECKING:
     from nav_env.arena import Episode
     from nav_env.sim import BatchSim
+
+# Gymnasium's reset and step returns, for every single env here: observation, info; observation, reward,
+# terminated, truncated, info
+ResetReturn = tuple[np.ndarray, dict[str, Any]]
+StepReturn = tuple[np.ndarray, float, bool, bool, dict[str, Any]]
 
 
 def resolve_config(level: str, config: NavConfig | None, overrides: dict | None) -> NavConfig:
@@ -43,7 +48,7 @@ def action_space(cfg: NavConfig) -> spaces.Space:
     return spaces.Box(-high, high, dtype=np.float32)
 
 
-def commands(actions, cfg: NavConfig, n: int) -> np.ndarray:
+def commands(actions: Any, cfg: NavConfig, n: int) -> np.ndarray:
     """Map a batch of actions to body-frame setpoints (n, 4); raise on anything outside the space."""
     if cfg.task.action_type == "discrete":
         a = np.asarray(actions)
@@ -161,7 +166,7 @@ class TaskEnv(gym.Env):
             return options["episode"]
         return draw(self.np_random, self.cfg, choose_zone(options, self.cfg, self.curriculum))
 
-    def render(self):
+    def render(self) -> np.ndarray | None:  # type: ignore[override]  # an RGB frame, as render_mode promises
         if self.render_mode != "rgb_array":
             return None
         if self.episode is None:

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             f"start to goal {info['start_distance']:.1f} m in a straight line"
         )
         last = env.render()
+        if last is None:
+            raise RuntimeError("the demo's env renders no frame")  # it is made with render_mode="rgb_array"
         png = save_episode_png(out / f"episode_{seed}.png", last, env.cfg, title, subtitle, outcome)
         print(
             f"episode seed {seed}: {outcome} after {info['steps']} steps, path {info['path_length']:.1f} m "

@@ -7,9 +7,11 @@ from typing import Any
 import numpy as np
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
-from nav_env.arena import sample_episode
+from nav_env.arena import Episode, sample_episode
 from nav_env.backends import simulator
 from nav_env.common import (
+    ResetReturn,
+    StepReturn,
     TaskEnv,
     check_latency,
     commands,
@@ -162,11 +164,11 @@ class NavEnv(TaskEnv):
         delay, period = check_latency(delay_s, period_s, 1)
         self._delay, self._period = delay, period
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         return self._start(self._next_episode(options, sample_episode))
 
-    def _start(self, episode):
+    def _start(self, episode: Episode) -> ResetReturn:
         self.episode = episode
         sim = self.sim
         sim.load([0], [self.episode])
@@ -178,8 +180,8 @@ class NavEnv(TaskEnv):
         self._last_obs = sim.observe()[0]
         return self._last_obs, sim.info(0, False, False)
 
-    def step(self, action):
-        if self._done:
+    def step(self, action: Any) -> StepReturn:
+        if self._done or self.episode is None:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         sim = self.sim
         if not isinstance(sim, SingleSim):
@@ -201,13 +203,13 @@ class NavEnv(TaskEnv):
         self._last_obs = sim.observe_one()
         return self._last_obs, reward, terminated, truncated, sim.info_one(collision, success)
 
-    def _step_batch(self, action):
+    def _step_batch(self, action: Any) -> StepReturn:
         """The step through the batch code (self.sim a plain BatchSim): the reference of the fast path."""
         cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)
         reward, terminated, truncated, collision, success = self.sim.step(cmd, self._delay, self._period)
         self.trajectory.append(self.sim.pos[0].copy())
         self._done = bool(terminated[0] or truncated[0])
-        if self._done and self.cfg.curriculum.enabled:
+        if self._done and self.cfg.curriculum.enabled and self.episode is not None:
             self.curriculum.record(self.episode.zone, bool(success[0]))
         self._last_obs = self.sim.observe()[0]
         return (

@@ -6,8 +6,9 @@ import math
 import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,11 +17,17 @@ from nav_env.arena import FAR
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn: the env renders without it
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
 PX_PER_M = 10
 PANEL = 320  # pixels: each panel is PANEL x PANEL
 MARGIN = 10  # pixels of wall colour around the arena in the map panel
 
-COLORS = {
+RGB = tuple[int, int, int]
+COLORS: dict[str, RGB] = {
     "floor": (245, 245, 240),
     "wall": (60, 60, 60),
     "static": (110, 110, 120),
@@ -53,7 +60,7 @@ def _map(cfg: NavConfig, sim: BatchSim, i: int, trajectory: np.ndarray | None) -
     inside = (wx >= 0) & (wx <= a.size_x) & (wy >= 0) & (wy <= a.size_y)
     img[inside] = COLORS["floor"]
 
-    def paint(mask, color):
+    def paint(mask: np.ndarray, color: RGB) -> None:
         img[mask & inside] = color
 
     # field of view wedge, out to the camera range
@@ -97,7 +104,9 @@ def map_extent(cfg: NavConfig) -> tuple[float, float, float, float]:
     return -MARGIN / scale, (PANEL - MARGIN) / scale, top - PANEL / scale, top
 
 
-def _polyline(img: np.ndarray, pts: np.ndarray, to_px, color) -> None:
+def _polyline(
+    img: np.ndarray, pts: np.ndarray, to_px: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], color: RGB
+) -> None:
     if len(pts) == 1:
         pts = np.repeat(pts, 2, axis=0)
     seg = np.linspace(0, 1, 8)[None, :, None]
@@ -141,7 +150,7 @@ def save_png(path: str | os.PathLike, rgb: np.ndarray) -> Path:
     return write_atomic(path, encode_png(rgb))
 
 
-def figure_png(fig) -> bytes:
+def figure_png(fig: Figure) -> bytes:
     """A matplotlib figure as PNG bytes (110 dpi), the figure closed; write it with write_atomic."""
     import io
 
@@ -220,7 +229,7 @@ class EpisodeFigure:
         fig = self.fig = Figure(figsize=(W, H), dpi=dpi)
         self.canvas = FigureCanvasAgg(fig)  # Agg: rgb() and animate() read its pixel buffer
 
-        def box(left: float, bottom: float, width: float, height: float):  # inches -> figure fractions
+        def box(left: float, bottom: float, width: float, height: float) -> Axes:  # inches -> figure fractions
             return fig.add_axes((left / W, bottom / H, width / W, height / H))
 
         self._title = fig.text(0.5, 6.12 / H, "", ha="center", va="center", fontsize=13, weight="bold")
@@ -308,12 +317,12 @@ class EpisodeFigure:
             r, g, b = COLORS[key]
             return r / 255, g / 255, b / 255
 
-        def dot(key: str, size: float = 7, **kw):
+        def dot(key: str, size: float = 7, **kw: Any) -> Line2D:
             return Line2D([], [], ls="", marker="o", ms=size, mfc=rgb(key), mec=rgb(key), **kw)
 
         fov = f" ({cam.fov_deg:.0f}°, out to {cam.max_range:g} m)" if cam is not None else ""
         radius = f" {cfg.task.success_radius:g} m" if cfg is not None else ""
-        handles = [
+        handles: list[tuple[Any, str]] = [
             (dot("start"), "start"),
             (
                 (dot("goal", 4), Line2D([], [], ls="", marker="o", ms=13, mfc="none", mec=rgb("goal"))),

@@ -85,7 +85,9 @@ class NavVectorEnv(VectorEnv):
         self._all = np.ones(self.num_envs, dtype=bool)
 
     # ------------------------------------------------------------------ reset
-    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         options = options or {}
         mask = np.asarray(options.get("reset_mask", self._all), dtype=bool)
         if mask.shape != (self.num_envs,):
@@ -122,7 +124,7 @@ class NavVectorEnv(VectorEnv):
         self._delay, self._period = check_latency(delay_s, period_s, self.num_envs)
 
     # ------------------------------------------------------------------ step
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if not self._ready:
             raise RuntimeError("step() called before reset()")
         cmd = commands(actions, self.cfg, self.num_envs)
@@ -169,7 +171,7 @@ class NavVectorEnv(VectorEnv):
             info["_" + k] = self._all
         return info
 
-    def render(self):
+    def render(self) -> list[np.ndarray] | None:  # type: ignore[override]  # one RGB frame per env
         if self.render_mode != "rgb_array":
             return None
         from nav_env.render import render_frame

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from types import ModuleType
 from typing import Any
 
 CLIENT_MODULES = ("cosysairsim", "airsim")  # preference order for client="auto"
@@ -46,7 +47,7 @@ def check_msgpack() -> None:
         )
 
 
-def import_client(name: str = "auto"):
+def import_client(name: str = "auto") -> ModuleType:
     """The client module: ``cosysairsim`` or ``airsim`` (``"auto"``: the first one installed)."""
     check_msgpack()
     names = CLIENT_MODULES if name == "auto" else (name,)
@@ -61,7 +62,7 @@ def import_client(name: str = "auto"):
     raise AirSimError(f"no AirSim client library ({'; '.join(errors)}): {INSTALL_HINT}")
 
 
-def rpc_errors():
+def rpc_errors() -> tuple[type[Exception], ...]:
     """(TransportError, TimeoutError, RPCError) of the msgpack-rpc module both clients use."""
     from msgpackrpc import error
 
@@ -91,7 +92,7 @@ class ClientThread:
     """One ``MultirotorClient`` living on one private thread; :meth:`call` runs a function of the
     client there and turns the library's exceptions into :class:`AirSimError` with one-line messages."""
 
-    def __init__(self, module, host: str, port: int, rpc_timeout_s: float):
+    def __init__(self, module: ModuleType, host: str, port: int, rpc_timeout_s: float) -> None:
         self.module, self.host, self.port = module, host, port
         self.rpc_timeout_s = rpc_timeout_s
         self._pool: ThreadPoolExecutor | None = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airsim-client")
@@ -108,7 +109,7 @@ class ClientThread:
         library leaves it on, which in lockstep mode (a request sent while the previous one is
         still unanswered) waits for the server's delayed ACK: ~40 ms a step."""
 
-        def tune(c):
+        def tune(c: Any) -> None:
             for sock in getattr(getattr(c.client, "_transport", None), "_sockets", ()):
                 try:
                     sock._stream.set_nodelay(True)

@@ -22,7 +22,7 @@ from nav_env.airsim.frames import (
 )
 from nav_env.airsim.scene import Scene, sized_config
 from nav_env.arena import FAR, Episode, sample_episode
-from nav_env.common import TaskEnv, commands
+from nav_env.common import ResetReturn, StepReturn, TaskEnv, commands
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -113,7 +113,7 @@ class AirSimNavEnv(TaskEnv):
 
         self.airsim = import_client(client)
         wait_for_port(host, self.port, timeout_s)
-        self._c = ClientThread(self.airsim, host, self.port, rpc_timeout_s)
+        self._c: ClientThread | None = ClientThread(self.airsim, host, self.port, rpc_timeout_s)
         try:
             self._call("ping", lambda c: c.ping())
             self._c.set_nodelay()
@@ -132,7 +132,7 @@ class AirSimNavEnv(TaskEnv):
         self._request = self.airsim.ImageRequest(self.camera_name, image_type, True, False)
 
     # ------------------------------------------------------------------ gymnasium API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         episode = self._next_episode(options, self.episode_fn)
         self._done = True
@@ -152,8 +152,8 @@ class AirSimNavEnv(TaskEnv):
         self._done = False
         return self._last_obs, self.sim.info(0, False, False)
 
-    def step(self, action):
-        if self._done:
+    def step(self, action: Any) -> StepReturn:
+        if self._done or self.episode is None:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         cmd = commands(np.asarray(action)[None] if np.ndim(action) < 2 else action, self.cfg, 1)[0]
         s = self.sim
@@ -179,7 +179,7 @@ class AirSimNavEnv(TaskEnv):
             self.sim.info(0, bool(collision[0]), bool(success[0])),
         )
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
         if self.episode is None:
@@ -188,7 +188,7 @@ class AirSimNavEnv(TaskEnv):
 
         return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory), depth=self._depth)
 
-    def close(self):
+    def close(self) -> None:
         c = getattr(self, "_c", None)
         if c is None:
             return
@@ -201,7 +201,7 @@ class AirSimNavEnv(TaskEnv):
         self._c = None
 
     # ------------------------------------------------------------------ AirSim calls
-    def _call(self, what: str, fn):
+    def _call(self, what: str, fn: Callable[[Any], Any]) -> Any:
         if self._c is None:
             raise AirSimError("the AirSim env is closed")
         return self._c.call(what, fn)
@@ -223,11 +223,11 @@ class AirSimNavEnv(TaskEnv):
         if self.lockstep:
             self._call("simPause", lambda c: c.simPause(True))
 
-    def _move(self, vn: np.ndarray, yaw_mode) -> None:
+    def _move(self, vn: np.ndarray, yaw_mode: Any) -> None:
         dt, v = self.cfg.vehicle.dt, self.vehicle_name
         drivetrain = self.airsim.DrivetrainType.MaxDegreeOfFreedom
 
-        def move(c):
+        def move(c: Any) -> Any:
             fut = c.moveByVelocityAsync(float(vn[0]), float(vn[1]), float(vn[2]), dt, drivetrain, yaw_mode, v)
             if self.lockstep:
                 c.simContinueForTime(dt)

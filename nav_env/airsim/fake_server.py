@@ -54,6 +54,10 @@ class RPCFailure(Exception):
     """Raised by a handler: becomes the error string of the response."""
 
 
+# where a deferred reply goes: the connection, its packer and the request's msgid
+ReplyTo = tuple[socket.socket, msgpack.Packer, int]
+
+
 class FakeAirSimServer:
     """One multirotor in a scripted world, on ``host``:``port`` (0 = an ephemeral port).
 
@@ -144,7 +148,7 @@ class FakeAirSimServer:
     def __enter__(self) -> FakeAirSimServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def serve_forever(self) -> None:
@@ -187,7 +191,7 @@ class FakeAirSimServer:
                 pass
             conn.close()
 
-    def _dispatch(self, conn, packer, msg) -> None:
+    def _dispatch(self, conn: socket.socket, packer: msgpack.Packer, msg: Any) -> None:
         if not isinstance(msg, (list, tuple)) or not msg:
             return
         if msg[0] == NOTIFY and len(msg) == 3:
@@ -209,7 +213,7 @@ class FakeAirSimServer:
         self._flush_finished()
 
     # ------------------------------------------------------------------ methods
-    def _handle(self, method: str, params: list, reply_to) -> Any:
+    def _handle(self, method: str, params: list, reply_to: ReplyTo | None) -> Any:
         with self._lock:
             self.calls.append(method)
             self.last[method] = params
@@ -250,38 +254,40 @@ class FakeAirSimServer:
         if not self.api_control:
             raise self._throw("", "Vehicle cannot be controlled because EnableApiControl is not set")
 
-    def _rpc_ping(self, _r):
+    def _rpc_ping(self, _r: ReplyTo | None) -> bool:
         return True
 
-    def _rpc_getServerVersion(self, _r):
+    def _rpc_getServerVersion(self, _r: ReplyTo | None) -> int:
         return self.server_version
 
-    def _rpc_getMinRequiredClientVersion(self, _r):
+    def _rpc_getMinRequiredClientVersion(self, _r: ReplyTo | None) -> int:
         return self.min_client_version
 
-    def _rpc_enableApiControl(self, _r, on, vehicle=""):
+    def _rpc_enableApiControl(self, _r: ReplyTo | None, on: bool, vehicle: str = "") -> None:
         self._vehicle(vehicle)
         self.api_control = bool(on)
 
-    def _rpc_isApiControlEnabled(self, _r, vehicle=""):
+    def _rpc_isApiControlEnabled(self, _r: ReplyTo | None, vehicle: str = "") -> bool:
         self._vehicle(vehicle)
         return self.api_control
 
-    def _rpc_armDisarm(self, _r, arm, vehicle=""):
+    def _rpc_armDisarm(self, _r: ReplyTo | None, arm: bool, vehicle: str = "") -> bool:
         self._controlled(vehicle)
         self.armed = bool(arm)
         return True
 
-    def _rpc_reset(self, _r):
+    def _rpc_reset(self, _r: ReplyTo | None) -> None:
         self._reset_world()
 
-    def _rpc_takeoff(self, _r, timeout, vehicle=""):
+    def _rpc_takeoff(self, _r: ReplyTo | None, timeout: float, vehicle: str = "") -> bool:
         self._controlled(vehicle)
         if not self.armed:
             raise self._throw("", "Vehicle is not armed")
         return True
 
-    def _rpc_simSetVehiclePose(self, _r, pose, ignore_collision, vehicle=""):
+    def _rpc_simSetVehiclePose(
+        self, _r: ReplyTo | None, pose: dict[str, Any], ignore_collision: bool, vehicle: str = ""
+    ) -> None:
         self._vehicle(vehicle)
         p, q = pose["position"], pose["orientation"]
         w = self.world
@@ -293,7 +299,17 @@ class FakeAirSimServer:
         if not ignore_collision and w.collided()[0]:
             self._record_collision()
 
-    def _rpc_moveByVelocity(self, reply_to, vx, vy, vz, duration, drivetrain, yaw_mode, vehicle=""):
+    def _rpc_moveByVelocity(
+        self,
+        reply_to: ReplyTo | None,
+        vx: float,
+        vy: float,
+        vz: float,
+        duration: float,
+        drivetrain: int,
+        yaw_mode: dict[str, Any],
+        vehicle: str = "",
+    ) -> object:
         self._controlled(vehicle)
         if not yaw_mode.get("is_rate", True):
             raise self._throw("", "the fake AirSim server only supports yaw-rate YawMode")
@@ -306,13 +322,13 @@ class FakeAirSimServer:
             self._advance(cmd)
         return False  # AirSim returns isTimeout() of the command: False when it ran its course
 
-    def _rpc_simPause(self, _r, paused):
+    def _rpc_simPause(self, _r: ReplyTo | None, paused: bool) -> None:
         self.paused = bool(paused)
 
-    def _rpc_simIsPaused(self, _r):
+    def _rpc_simIsPaused(self, _r: ReplyTo | None) -> bool:
         return self.paused
 
-    def _rpc_simContinueForTime(self, _r, seconds):
+    def _rpc_simContinueForTime(self, _r: ReplyTo | None, seconds: float) -> None:
         n = max(1, int(round(float(seconds) / self.cfg.vehicle.dt)))
         for _ in range(n):
             job = self.pending[0] if self.pending else None
@@ -324,11 +340,11 @@ class FakeAirSimServer:
                     self.finished.append(job[2])
         self.paused = True
 
-    def _rpc_simGetCollisionInfo(self, _r, vehicle=""):
+    def _rpc_simGetCollisionInfo(self, _r: ReplyTo | None, vehicle: str = "") -> dict[str, Any]:
         self._vehicle(vehicle)
         return self.collision
 
-    def _rpc_getMultirotorState(self, _r, vehicle=""):
+    def _rpc_getMultirotorState(self, _r: ReplyTo | None, vehicle: str = "") -> dict[str, Any]:
         self._vehicle(vehicle)
         w = self.world
         n, e, d = arena_to_ned(w.pos[0], self.origin)
@@ -354,7 +370,9 @@ class FakeAirSimServer:
             "can_arm": True,
         }
 
-    def _rpc_simGetImages(self, _r, requests, vehicle="", external=False):
+    def _rpc_simGetImages(
+        self, _r: ReplyTo | None, requests: list[dict[str, Any]], vehicle: str = "", external: bool = False
+    ) -> list[dict[str, Any]]:
         self._vehicle(vehicle)
         out = []
         for req in requests:
@@ -377,7 +395,7 @@ class FakeAirSimServer:
         self.time_ns = 1_000_000_000
         self.collision = self._collision_info(False, "")
 
-    def _advance(self, cmd) -> None:
+    def _advance(self, cmd: tuple[np.ndarray, float]) -> None:
         """One control period of the embedded dynamics under a world-frame NED velocity and a
         clockwise yaw rate, given as the body-frame setpoint the vehicle's yaw implies."""
         w = self.world
@@ -445,7 +463,7 @@ class FakeAirSimServer:
 _DEFERRED = object()
 
 
-def _vec(x, y, z) -> dict:
+def _vec(x: float, y: float, z: float) -> dict[str, float]:
     return {"x_val": float(x), "y_val": float(y), "z_val": float(z)}
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ class Scene:
     cylinders: tuple[tuple[float, float, float], ...] = ()
     boxes: tuple[tuple[float, float, float, float], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         cyl = tuple(tuple(float(v) for v in c) for c in self.cylinders)
         box = tuple(tuple(float(v) for v in b) for b in self.boxes)
         for c in cyl:
@@ -91,7 +92,7 @@ class Scene:
             d = min(d, math.hypot(max(x0 - p[0], 0.0, p[0] - x1), max(y0 - p[1], 0.0, p[1] - y1)))
         return d
 
-    def episode_fn(self):
+    def episode_fn(self) -> Callable[[np.random.Generator, NavConfig, int | None], Episode]:
         """``episode_fn(rng, cfg, zone)`` for :class:`AirSimNavEnv`: the embedded draw, kept only when
         start and goal are clear of this scene and joined by a path."""
         cyl, box = self.arrays()
