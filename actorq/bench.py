@@ -122,7 +122,7 @@ def paired_interval(differences: list[float]) -> dict:
 def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
     from actorq import cluster
     from actorq.tasks import spec
-    from actorq.train import Run, _machine
+    from actorq.train import Run, machine_facts
 
     rows: list[RunRow] = []
     order = 0
@@ -163,7 +163,7 @@ def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
         command="python -m actorq.bench " + " ".join(sys.argv[1:]),
         task=base.task,
         threshold=spec(base.task).reward_threshold,
-        machine=_machine(),
+        machine=machine_facts(),
         runs=rows,
         ratios=ratios,
         final_score_difference=paired_interval(differences("final_score")),

@@ -175,7 +175,9 @@ class TrainReport:
     versions: list[dict]
 
 
-def _machine() -> dict[str, str]:
+def machine_facts() -> dict[str, str]:
+    """The host and the versions a run's numbers depend on: CPU, int8 kernels, cores, Python, torch,
+    onnxruntime and ray (a run's and a bench's ``machine``)."""
     import platform
 
     import onnxruntime
@@ -500,7 +502,7 @@ class Run:
                 "cpus": self.info.cpus,
                 "placement": self.placement | {"actors_now": cluster.get([w.node_id.remote() for w in self.workers])},
             },
-            machine=_machine(),
+            machine=machine_facts(),
             state=asdict(state),
             final=final,
             rates={

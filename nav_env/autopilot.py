@@ -306,7 +306,7 @@ class AutopilotNavEnv(TaskEnv):
         link_timeout_s: float = 3.0,
         connect_timeout_s: float = 120.0,
     ):
-        self._set_up_task(level, render_mode, config, overrides)
+        self.set_up_task(level, render_mode, config, overrides)
         self.settle_speed_mps, self.settle_timeout_s = float(settle_speed_mps), float(settle_timeout_s)
         self.link_timeout_s = float(link_timeout_s)
         self.sim = BatchSim(self.cfg, 1)  # the virtual world: obstacles, camera, collisions, scoring
@@ -334,10 +334,12 @@ class AutopilotNavEnv(TaskEnv):
 
     def _set_motion(self, pose: PoseSample, att: AttitudeSample) -> None:
         """The vehicle's velocity, yaw and yaw rate, in the arena frame, into the bookkeeping sim."""
-        s = self.sim
-        s.vel[0] = self._turn @ (FLIP * pose.velocity_ned)
-        s.yaw[0] = math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi)
-        s.yaw_rate[0] = -att.yaw_rate_ned
+        self.sim.place_vehicle(
+            0,
+            vel=self._turn @ (FLIP * pose.velocity_ned),
+            yaw=math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi),
+            yaw_rate=-att.yaw_rate_ned,
+        )
 
     def _wait_still(self) -> tuple[PoseSample, AttitudeSample]:
         t = self.telemetry
@@ -364,7 +366,7 @@ class AutopilotNavEnv(TaskEnv):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        episode = self._next_episode(options, sample_episode)
+        episode = self.next_episode(options, sample_episode)
         self._done = True
         pose, att = self._wait_still()
         self.episode = episode
@@ -373,7 +375,7 @@ class AutopilotNavEnv(TaskEnv):
         # the arena turned so that the vehicle's heading is the episode's (arena yaw = -NED yaw + offset)
         self._yaw_offset = float(episode.yaw) + att.yaw_ned
         self._turn = rot_z(self._yaw_offset)
-        self.sim.pos[0] = self._arena_position(pose)  # the episode's start
+        self.sim.place_vehicle(0, pos=self._arena_position(pose))  # the episode's start
         self._set_motion(pose, att)
         self.time_ms = pose.time_ms
         self._period_end_ms = pose.time_ms + self.cfg.vehicle.dt * 1000.0
@@ -401,7 +403,7 @@ class AutopilotNavEnv(TaskEnv):
         s.track((self._arena_position(pose) - s.pos[0])[None], period_s)
         self._set_motion(pose, att)
         if s.has_moving:
-            s._move_obstacles(np.float32(period_s))
+            s.move_obstacles(np.float32(period_s))
         self.time_ms = pose.time_ms
         reward, terminated, truncated, collision, success = s.score(s.collided(), period_s / self.cfg.vehicle.dt)
         self.trajectory.append(s.pos[0].copy())

@@ -156,7 +156,7 @@ class TaskEnv(gym.Env):
     episode: Episode | None
     trajectory: list[np.ndarray]
 
-    def _next_episode(
+    def next_episode(
         self, options: dict | None, draw: Callable[[np.random.Generator, NavConfig, int | None], Episode]
     ) -> Episode:
         """``options["episode"]`` (a hand-built scene), else ``draw`` for the zone the options or the curriculum
@@ -175,9 +175,11 @@ class TaskEnv(gym.Env):
 
         return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
 
-    def _set_up_task(
+    def set_up_task(
         self, level: str, render_mode: str | None, config: NavConfig | None, overrides: dict | None
     ) -> None:
+        """What a backend's ``__init__`` calls first: ``cfg`` (``config``, else the level's with ``overrides``; not
+        both), the render mode, the observation and action spaces and the goal-zone curriculum."""
         self.cfg = resolve_config(level, config, overrides)
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")

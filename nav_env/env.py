@@ -146,7 +146,7 @@ class NavEnv(TaskEnv):
         backend: str = "embedded",
         dynamics: Any = None,
     ):
-        self._set_up_task(level, render_mode, config, overrides)
+        self.set_up_task(level, render_mode, config, overrides)
         # embedded: SingleSim, the batch simulator with a fast path for one env (bit for bit the batch code's
         # results; a plain BatchSim put here steps through the batch code, as the equivalence tests do)
         self.backend = backend
@@ -166,7 +166,7 @@ class NavEnv(TaskEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
-        return self._start(self._next_episode(options, sample_episode))
+        return self._start(self.next_episode(options, sample_episode))
 
     def _start(self, episode: Episode) -> ResetReturn:
         self.episode = episode

@@ -91,21 +91,24 @@ class BatchSim:
 
         Returns reward, terminated, truncated, collision, success (arrays of length N).
         """
-        if delay is None and period is None or self._lockstep(delay, period):
+        if delay is None and period is None or self.is_lockstep(delay, period):
             return self._lockstep_step(cmd)
         dt = self.cfg.vehicle.dt
         delay = np.zeros(self.n) if delay is None else np.broadcast_to(np.asarray(delay, dtype=np.float64), (self.n,))
         period = np.full(self.n, dt) if period is None else np.broadcast_to(np.asarray(period, np.float64), (self.n,))
-        segments, setpoints = self._schedule(np.asarray(cmd, dtype=np.float64), delay, period)
+        segments, setpoints = self.setpoint_schedule(np.asarray(cmd, dtype=np.float64), delay, period)
         moved = np.zeros((self.n, 3))
         for k in range(segments.shape[0]):
             moved += self._follow(setpoints[k], segments[k])
         self.track(moved, period)
         if self.has_moving:
-            self._move_obstacles(period.astype(np.float32)[:, None, None])
+            self.move_obstacles(period.astype(np.float32)[:, None, None])
         return self.score(self.collided(), period / dt)
 
-    def _lockstep(self, delay: np.ndarray | None, period: np.ndarray | None) -> bool:
+    def is_lockstep(self, delay: np.ndarray | None, period: np.ndarray | None) -> bool:
+        """Whether a step with ``delay`` and ``period`` (as :meth:`step` takes them; None: zero delays, periods
+        of ``vehicle.dt``) is the lockstep step: every period ``vehicle.dt``, no delay and no command in flight.
+        Then each env's setpoint is ``cmd`` for the whole period and :meth:`setpoint_schedule` is not needed."""
         return (
             (period is None or bool(np.all(np.asarray(period) == self.cfg.vehicle.dt)))
             and (delay is None or not np.any(delay))
@@ -123,13 +126,18 @@ class BatchSim:
         self.vel += a * (target - self.vel)
         self.track(self.vel * dt)
         if self.has_moving:
-            self._move_obstacles(dt)
+            self.move_obstacles(dt)
         return self.score(self.collided())
 
-    def _schedule(self, cmd: np.ndarray, delay: np.ndarray, period: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """This period as segments: (K, N) durations and (K, N, 4) setpoints followed during them, K the
-        most segments any env has (shorter envs padded with zero-length segments). Commands landing
-        in this period switch the setpoint in landing order (ties: send order); later ones wait."""
+    def setpoint_schedule(
+        self, cmd: np.ndarray, delay: np.ndarray, period: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The delayed control link over one period: send ``cmd`` (N, 4), which reaches each env's flight
+        controller ``delay`` (N,) seconds into the period, and return the period as segments: (K, N) durations
+        and (K, N, 4) setpoints followed during them, K the most segments any env has (shorter envs padded with
+        zero-length segments; each env's durations add up to its ``period`` (N,)). Commands landing in this
+        period switch the setpoint in landing order (ties: send order); later ones stay in ``in_flight``, and
+        ``held`` becomes the setpoint held at the period's end. Call it once per period: it advances the link."""
         plans: list[list[tuple[float, np.ndarray]]] = []
         for i in range(self.n):
             queue = [*self.in_flight[i], (float(delay[i]), cmd[i])]
@@ -174,6 +182,27 @@ class BatchSim:
         self.steps += 1
         self.flight_time += self.cfg.vehicle.dt if period is None else period
 
+    def place_vehicle(
+        self,
+        i: int,
+        pos: np.ndarray | None = None,
+        vel: np.ndarray | None = None,
+        yaw: float | None = None,
+        yaw_rate: float | None = None,
+    ) -> None:
+        """Set env ``i``'s vehicle state to what a vehicle flown elsewhere reports (an autopilot's telemetry), in
+        the arena frame: position (3,) m, world-frame velocity (3,) m/s, yaw rad (counterclockwise from +x) and
+        yaw rate rad/s; None leaves that part as it is. The camera, the state features, collisions and
+        :meth:`score` read the state from here. It counts no step: :meth:`track` does that."""
+        if pos is not None:
+            self.pos[i] = pos
+        if vel is not None:
+            self.vel[i] = vel
+        if yaw is not None:
+            self.yaw[i] = yaw
+        if yaw_rate is not None:
+            self.yaw_rate[i] = yaw_rate
+
     def score(self, collision: np.ndarray, step_share: np.ndarray | float = 1.0):
         """Reward and episode end for the current positions given this step's ``collision`` flags
         (shared with the AirSim backend). ``step_share``: each env's period over ``vehicle.dt`` (the step
@@ -192,7 +221,12 @@ class BatchSim:
         truncated = out_of_time & ~terminated
         return reward, terminated, truncated, collision, success
 
-    def _move_obstacles(self, dt: float | np.ndarray) -> None:
+    def move_obstacles(self, dt: float | np.ndarray) -> None:
+        """Move every cylinder on by its velocity for ``dt`` seconds (a scalar, or (N, 1, 1) per env), in
+        float32, and reverse a velocity component where the cylinder reaches past a wall while moving toward it.
+        Parked slots and static cylinders have zero velocity and stay (a -0.0 coordinate becomes +0.0), so
+        callers skip the call when ``has_moving`` is False. A subclass that keeps its own copy of the obstacles
+        (the MuJoCo world) overrides it to follow them."""
         a = self.cfg.arena
         cyl = self.cyl
         cyl[:, :, 0:2] += cyl[:, :, 3:5] * np.float32(dt)
@@ -251,7 +285,7 @@ class BatchSim:
             depth = np.array(depth, dtype=np.float32)  # a copy: the noise is applied in place
             cam = self.cfg.camera
             if cam.noise_std > 0 or cam.dropout > 0:
-                self._corrupt(depth, idx)
+                self.add_camera_noise(depth, idx)
         n = depth.shape[0]
         out = np.empty((n, self.cfg.obs_dim), dtype=np.float32)
         out[:, : depth[0].size] = depth.reshape(n, -1)  # copies out of the reused buffer
@@ -300,7 +334,7 @@ class BatchSim:
         np.clip(depth, np.float32(0.0), np.float32(cam.max_range), out=depth)
         depth *= np.float32(1.0 / cam.max_range)
         if cam.noise_std > 0 or cam.dropout > 0:
-            self._corrupt(depth, idx)
+            self.add_camera_noise(depth, idx)
         return depth
 
     def _workspace(self, n: int) -> _Workspace:
@@ -358,27 +392,32 @@ class BatchSim:
             np.minimum(t, near.min(axis=2), out=t)
         return t
 
-    def _corrupt(self, depth: np.ndarray, idx) -> None:
-        """Depth noise and dropout from a counter-based hash of (episode key, step, pixel), so the
-        noise is the same whichever batch an episode runs in."""
+    def add_camera_noise(self, depth: np.ndarray, idx) -> None:
+        """The level's camera noise (``camera.noise_std``) and dropout (``camera.dropout``), in place, on the
+        normalised depth images ``depth`` (n, H, W) of the envs ``idx``: a counter-based hash of (episode key,
+        step, pixel), so the noise is the same whichever batch an episode runs in and whichever simulator cast
+        the image. Callers skip it when both are 0."""
         cam = self.cfg.camera
         n = depth.shape[0]
         flat = depth.reshape(n, -1)
         key = self.noise_key[idx].astype(np.uint32)[:, None]
         step = self.steps[idx].astype(np.uint32)[:, None]
-        u1 = _hash_uniform(key, step, self.pixel_index, 0x68E31DA4)
+        u1 = hash_uniform(key, step, self.pixel_index, 0x68E31DA4)
         if cam.noise_std > 0:
-            u2 = _hash_uniform(key, step, self.pixel_index, 0xB5297A4D)
+            u2 = hash_uniform(key, step, self.pixel_index, 0xB5297A4D)
             gauss = np.sqrt(-2.0 * np.log(u2)) * np.cos(np.float32(2 * math.pi) * u1)
             flat += np.float32(cam.noise_std) * gauss
             np.clip(flat, 0.0, 1.0, out=flat)
         if cam.dropout > 0:
-            u3 = _hash_uniform(key, step, self.pixel_index, 0x1B56C4E9)
+            u3 = hash_uniform(key, step, self.pixel_index, 0x1B56C4E9)
             flat[u3 < cam.dropout] = 0.0
 
 
-def _hash_uniform(key: np.ndarray, step: np.ndarray, pixel: np.ndarray, salt: int) -> np.ndarray:
-    """Uniform floats in (0, 1] from a murmur3-style mix of three counters (uint32 arithmetic)."""
+def hash_uniform(key: np.ndarray, step: np.ndarray, pixel: np.ndarray, salt: int) -> np.ndarray:
+    """Uniform float32 numbers in (0, 1] from a murmur3-style mix of three uint32 counters and a ``salt``:
+    ``key``, ``step`` and ``pixel`` broadcast against each other (uint32 arrays) and the result has their shape.
+    The same inputs give the same numbers on every machine and in every batch; a different salt gives an
+    independent stream (the camera noise and the MuJoCo world's wind each use their own)."""
     h = (
         (key * np.uint32(0x9E3779B1))
         ^ (step * np.uint32(0x85EBCA77))
@@ -623,7 +662,7 @@ class SingleSim(BatchSim):
         self._cyl_r2_blocks[...] = (cyl[:, 2] ** 2)[:, None]  # BatchSim._cast's (cyl[:, :, 2] ** 2)
         # collision: BatchSim.collided's thresholds (in float32, as there)
         thr = ((cyl[:, 2] + rv) ** 2).tolist()
-        # The slots _move_obstacles changes: those with a velocity (a zero one never changes) and, as it adds
+        # The slots move_obstacles changes: those with a velocity (a zero one never changes) and, as it adds
         # zero to them, those at a -0.0 coordinate (they become +0.0). None without moving obstacles.
         if self.has_moving:
             xy = cyl[:, 0:2]
@@ -661,7 +700,7 @@ class SingleSim(BatchSim):
     ) -> tuple[float, bool, bool, bool, bool]:
         """:meth:`BatchSim.step` for the one env with setpoint ``cmd`` (4,): reward, terminated,
         truncated, collision, success as Python scalars. A delayed step takes the batch code."""
-        if delay is None and period is None or self._lockstep(delay, period):
+        if delay is None and period is None or self.is_lockstep(delay, period):
             return self._lockstep_one(cmd)
         reward, terminated, truncated, collision, success = self.step(cmd[None], delay, period)
         return float(reward[0]), bool(terminated[0]), bool(truncated[0]), bool(collision[0]), bool(success[0])
@@ -693,11 +732,11 @@ class SingleSim(BatchSim):
         return self._score_one(px, py, pz, self._collided_one(px, py, pz, moving_xy))
 
     def _move_obstacles_one(self) -> list[list[float]]:
-        """BatchSim._move_obstacles(vehicle.dt) on the moving slots (the others it leaves as they are);
+        """BatchSim.move_obstacles(vehicle.dt) on the moving slots (the others it leaves as they are);
         returns their positions (x, y)."""
         rows = self._moving_rows
         if rows is None:  # moving slots not contiguous (a hand-built scene): the batch code
-            self._move_obstacles(self._dt)
+            self.move_obstacles(self._dt)
             return self.cyl[0, self._cyl_moving, 0:2].tolist()
         rows[:, 0:2] += rows[:, 3:5] * self._dt32
         reach = np.add(rows[:, 0:2], rows[:, 2:3]).tolist()  # p + r, in float32 as there
@@ -911,7 +950,7 @@ class SingleSim(BatchSim):
         return np.minimum.reduce(np.where(valid, hit, self._inf), axis=0, out=self._t)
 
     def _corrupt_one(self, flat: np.ndarray) -> None:
-        """BatchSim._corrupt for the one env: the same hash, with its per-pixel term precomputed."""
+        """BatchSim.add_camera_noise for the one env: the same hash, with its per-pixel term precomputed."""
         cam = self.cfg.camera
         mask = 0xFFFFFFFF
         key, step = self.noise_key.item(), self.steps.item() & mask

@@ -88,7 +88,7 @@ class AirSimNavEnv(TaskEnv):
         episode_fn: Callable[[np.random.Generator, NavConfig, int | None], Episode] | None = None,
         scene: Scene | dict | str | None = None,
     ):
-        self._set_up_task(level, render_mode, config, overrides)
+        self.set_up_task(level, render_mode, config, overrides)
         if depth_type not in DEPTH_TYPES:
             raise ValueError(f"depth_type must be one of {DEPTH_TYPES}, got {depth_type!r}")
         if len(origin) != 3 or not all(math.isfinite(float(o)) for o in origin):
@@ -134,7 +134,7 @@ class AirSimNavEnv(TaskEnv):
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
-        episode = self._next_episode(options, self.episode_fn)
+        episode = self.next_episode(options, self.episode_fn)
         self._done = True
         self.episode = episode
         if (len(episode.cyl), len(episode.box)) != (self.sim.cyl.shape[1], self.sim.box.shape[1]):

@@ -34,7 +34,7 @@ from nav_env.config import NavConfig
 from nav_env.dynamics.camera import visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
 from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
-from nav_env.sim import BatchSim, _hash_uniform
+from nav_env.sim import BatchSim, hash_uniform
 
 try:
     import mujoco
@@ -54,7 +54,7 @@ class MujocoSim(BatchSim):
 
     ``step(cmd, delay, period)`` flies each env's setpoints for its period (``vehicle.dt`` or ``period``):
     the flight controller holds the last setpoint it received; with a ``delay`` a setpoint reaches it that
-    many seconds into the period (the embedded simulator's schedule, ``BatchSim._schedule``) and takes over
+    many seconds into the period (the embedded simulator's schedule, ``BatchSim.setpoint_schedule``) and takes over
     at the first physics step that starts at or after its arrival. Each env's physics clock stays within half
     a physics step of its flight time (a period that is not a whole number of steps alternates rounding).
     """
@@ -238,8 +238,9 @@ class MujocoSim(BatchSim):
         physics.geom_conaffinity[self._obstacle_geoms[i]] = np.where(parked, 0, _VEHICLE)
         mujoco.mj_kinematics(eye, self._eye_data[i])
 
-    def _move_obstacles(self, dt: float | np.ndarray) -> None:
-        super()._move_obstacles(dt)
+    def move_obstacles(self, dt: float | np.ndarray) -> None:
+        """:meth:`BatchSim.move_obstacles`, and the moving cylinders' geoms after them in the physics and the camera models."""
+        super().move_obstacles(dt)
         half_h = self.cfg.arena.ceiling / 2
         lo = self.cfg.obstacles.cylinders[1]  # moving cylinders take the slots after the static ones
         for i in range(self.n):
@@ -255,7 +256,7 @@ class MujocoSim(BatchSim):
     def _draw_wind(self, i: int) -> None:
         w = self.dyn.wind
         key, step = self.noise_key[i : i + 1, None].astype(np.uint32), np.zeros((1, 1), np.uint32)
-        u = _hash_uniform(key, step, np.arange(3, dtype=np.uint32), 0x57A1D0E5)[0]
+        u = hash_uniform(key, step, np.arange(3, dtype=np.uint32), 0x57A1D0E5)[0]
         speed = w.speed[0] + (w.speed[1] - w.speed[0]) * float(u[0])
         heading = 2 * math.pi * float(u[1])
         self.wind[i] = speed * math.cos(heading), speed * math.sin(heading), 0.0
@@ -268,7 +269,7 @@ class MujocoSim(BatchSim):
         if w.gust_std == 0:
             return
         decay = np.exp(-period / w.gust_time_constant)
-        u = _hash_uniform(
+        u = hash_uniform(
             self.noise_key.astype(np.uint32)[:, None],
             self.steps.astype(np.uint32)[:, None],
             np.arange(4, dtype=np.uint32),
@@ -282,7 +283,7 @@ class MujocoSim(BatchSim):
         dt = self.cfg.vehicle.dt
         cmd = np.asarray(cmd, dtype=np.float64)
         share: np.ndarray | float
-        if delay is None and period is None or self._lockstep(delay, period):
+        if delay is None and period is None or self.is_lockstep(delay, period):
             self.held[:] = cmd
             periods = np.full(self.n, dt)
             starts, setpoints = np.zeros((1, self.n)), cmd[None]
@@ -292,7 +293,7 @@ class MujocoSim(BatchSim):
             periods = (
                 np.full(self.n, dt) if period is None else np.broadcast_to(np.asarray(period, np.float64), (self.n,))
             )
-            durations, setpoints = self._schedule(cmd, delays, periods)
+            durations, setpoints = self.setpoint_schedule(cmd, delays, periods)
             starts = np.cumsum(durations, axis=0) - durations
             share = periods / dt
         self._fly(starts, setpoints, periods)
@@ -301,7 +302,7 @@ class MujocoSim(BatchSim):
         self.track(after - self.pos, None if isinstance(share, float) else periods)
         self.pos[:] = after  # exact, not the sum of the track's rounding
         if self.has_moving:
-            self._move_obstacles(periods[:, None, None].astype(np.float32))
+            self.move_obstacles(periods[:, None, None].astype(np.float32))
         self._update_gusts(periods)
         return self.score(self.hit.copy(), share)
 
@@ -398,7 +399,7 @@ class MujocoSim(BatchSim):
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
         if cam.noise_std > 0 or cam.dropout > 0:
-            self._corrupt(depth, idx)
+            self.add_camera_noise(depth, idx)
         return depth
 
     def _cast_rays(self, rows: list[tuple[int, int]], rays: np.ndarray, culled: np.ndarray, dist: np.ndarray) -> None:
