@@ -1,9 +1,8 @@
 """The MAVLink actuator: the bridge as a companion computer that sends setpoints to ArduPilot or PX4.
 
-Needs the ``mavlink`` extra (pymavlink). The link is a pymavlink endpoint:
-
-* ``serial:/dev/serial0:921600`` - a UART wired to the flight controller's TELEM port;
-* ``udpin:0.0.0.0:14540`` (listen), ``udpout:HOST:PORT`` (send), ``tcp:HOST:PORT`` - a SITL build or a router.
+Needs the ``mavlink`` extra (pymavlink). The link (``--fc``) is a :class:`firmware_bridge.mavlink_link.MavlinkLink`
+in the companion role, its endpoint in that module's grammar: ``serial:/dev/serial0:921600`` for a UART wired to the
+flight controller's TELEM port, ``udpin:0.0.0.0:14540`` or ``tcp:HOST:PORT`` for a SITL build or a router.
 
 What goes over it (MAVLink common plus each autopilot's documented behaviour):
 
@@ -25,23 +24,22 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   :meth:`set_mode` streams zero setpoints at 20 Hz for half a second before asking. PX4 reads a take-off's altitude
   above sea level, ArduPilot above home: :meth:`takeoff` takes metres above the vehicle and sends each its own.
 
-A reader thread follows the autopilot's HEARTBEAT (which autopilot, mode, armed), COMMAND_ACK, AUTOPILOT_VERSION,
-GLOBAL_POSITION_INT (the altitude above sea level) and STATUSTEXT (PX4 sends it only to ground stations); with no
-autopilot heartbeat for ``link_timeout_s`` the link is lost: :meth:`stats` (the bridge's status) says so, and
-:meth:`link_error` makes the bridge refuse acts (VEHICLE_LINK) until a heartbeat comes again.
+The link's reader thread follows the autopilot's HEARTBEAT (which autopilot, mode, armed), COMMAND_ACK,
+AUTOPILOT_VERSION and STATUSTEXT (PX4 sends it only to ground stations); the actuator adds GLOBAL_POSITION_INT (the
+altitude above sea level). With no autopilot heartbeat for ``link_timeout_s`` the link is lost: :meth:`stats` (the
+bridge's status) says so, and :meth:`link_error` makes the bridge refuse acts (VEHICLE_LINK) until a heartbeat comes
+again.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from firmware_bridge.actuator import Actuator, VehicleCommandError
 from firmware_bridge.flight_modes import FLY_MODE, HOLD_MODE
+from firmware_bridge.mavlink_link import AutopilotState, MavlinkLink
 
 try:
     from pymavlink import mavutil
@@ -49,7 +47,6 @@ except ImportError as e:  # the optional extra
     raise ImportError(f"the mavlink actuator needs pymavlink: pip install 'airq[mavlink]' ({e})") from None
 
 MAV = mavutil.mavlink
-COMPANION_COMPONENT = MAV.MAV_COMP_ID_ONBOARD_COMPUTER  # 191
 # velocity and yaw rate only: ignore position (x, y, z), acceleration (x, y, z) and yaw
 VELOCITY_YAW_RATE_MASK = (
     MAV.POSITION_TARGET_TYPEMASK_X_IGNORE
@@ -60,53 +57,21 @@ VELOCITY_YAW_RATE_MASK = (
     | MAV.POSITION_TARGET_TYPEMASK_AZ_IGNORE
     | MAV.POSITION_TARGET_TYPEMASK_YAW_IGNORE
 )
-AUTOPILOTS = {MAV.MAV_AUTOPILOT_ARDUPILOTMEGA: "ardupilot", MAV.MAV_AUTOPILOT_PX4: "px4"}
 SETPOINT_FRAME = {"ardupilot": MAV.MAV_FRAME_BODY_OFFSET_NED, "px4": MAV.MAV_FRAME_BODY_NED}
-HEARTBEAT_PERIOD_S = 1.0
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
 RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often
+# the autopilot's state in the bridge's status (docs/protocol.md), in this order
+STATUS_FIELDS = ("autopilot", "system", "component", "mode", "armed", "last_heartbeat_s", "firmware")
 
 
 class MavlinkError(VehicleCommandError):
     """The autopilot refused or did not answer."""
 
 
-@dataclass
-class AutopilotState:
-    autopilot: str | None = None  # "ardupilot" or "px4" once a heartbeat names it
-    system: int | None = None
-    component: int | None = None
-    mode: str | None = None
-    armed: bool = False
-    last_heartbeat_s: float | None = None  # time.monotonic()
-    firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
-
-
 def result_name(result: int) -> str:
     """MAV_RESULT's name for a COMMAND_ACK result (e.g. MAV_RESULT_DENIED)."""
     entry = MAV.enums["MAV_RESULT"].get(result)
     return entry.name if entry is not None else f"MAV_RESULT {result}"
-
-
-def connection_string(spec: str) -> tuple[str, int | None]:
-    """``serial:DEVICE:BAUD`` -> (DEVICE, BAUD); a pymavlink ``udpin:``/``udpout:``/``tcp:`` endpoint as it is.
-    ValueError (one line) for anything else."""
-    kind, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise ValueError(
-            f"--fc must be serial:DEVICE:BAUD, udpin:HOST:PORT, udpout:HOST:PORT or tcp:HOST:PORT, got {spec!r}"
-        )
-    if kind == "serial":
-        device, _, baud = rest.rpartition(":")
-        if not device or not baud.isdigit():
-            raise ValueError(f"--fc serial needs DEVICE:BAUD, e.g. serial:/dev/serial0:921600, got {spec!r}")
-        return device, int(baud)
-    if kind in ("udpin", "udpout", "tcp", "udp"):
-        host, _, port = rest.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"--fc {kind} needs HOST:PORT, got {spec!r}")
-        return spec, None
-    raise ValueError(f"--fc: unknown link kind {kind!r} (serial, udpin, udpout, tcp)")
 
 
 class MavlinkActuator(Actuator):
@@ -121,18 +86,12 @@ class MavlinkActuator(Actuator):
         connect: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        device, baud = connection_string(endpoint)
-        opener = connect or mavutil.mavlink_connection
-        kwargs: dict[str, Any] = {"source_system": 1, "source_component": COMPANION_COMPONENT, "autoreconnect": True}
-        if baud is not None:
-            kwargs["baud"] = baud
+        self.link = MavlinkLink(endpoint, "companion", on_message=self._on_message, link_timeout_s=link_timeout_s,
+                                connect=connect, clock=clock)  # fmt: skip
         self.endpoint = endpoint
-        self.link = opener(device, **kwargs)
-        self.link_timeout_s = link_timeout_s
         self.clock = clock
-        self.state = AutopilotState()
-        self.acks: deque[tuple[int, int]] = deque(maxlen=32)  # (command, result)
-        self.statustext: deque[str] = deque(maxlen=8)
+        self.state: AutopilotState = self.link.state
+        self.statustext = self.link.statustext
         self.setpoints_sent = 0
         self.holds = 0
         self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
@@ -140,98 +99,32 @@ class MavlinkActuator(Actuator):
         self._we_hold = False  # the bridge put the vehicle in its hold mode (and may take it back)
         self._resume_sent_s: float | None = None  # when we last asked to go back to the fly mode
         self.amsl_m: float | None = None  # GLOBAL_POSITION_INT.alt (PX4's take-off altitude is AMSL)
-        self._version_requested = False
-        self._send_lock = threading.Lock()
-        self._stop = threading.Event()
         self._boot = clock()
-        self._reader = threading.Thread(target=self._run, name="airq-mavlink", daemon=True)
-        self._reader.start()
+        self.link.start()
 
     # ------------------------------------------------------------------ the link
-    def _run(self) -> None:
-        next_heartbeat = 0.0
-        while not self._stop.is_set():
-            now = self.clock()
-            if now >= next_heartbeat:
-                self._send(
-                    lambda mav: mav.heartbeat_send(
-                        MAV.MAV_TYPE_ONBOARD_CONTROLLER, MAV.MAV_AUTOPILOT_INVALID, 0, 0, MAV.MAV_STATE_ACTIVE
-                    )
-                )
-                next_heartbeat = now + HEARTBEAT_PERIOD_S
-            try:
-                msg = self.link.recv_match(blocking=True, timeout=0.05)
-            except (OSError, ValueError):  # a closed or broken link: the heartbeat check reports it
-                msg = None
-                time.sleep(0.05)
-            if msg is not None:
-                self._on_message(msg)
-
-    def _on_message(self, msg: Any) -> None:
-        kind = msg.get_type()
-        if kind == "HEARTBEAT":
-            autopilot = AUTOPILOTS.get(msg.autopilot)
-            if autopilot is None or msg.type in (MAV.MAV_TYPE_GCS, MAV.MAV_TYPE_ONBOARD_CONTROLLER):
-                return  # another companion or a ground station
-            s = self.state
-            s.autopilot, s.system, s.component = autopilot, msg.get_srcSystem(), msg.get_srcComponent()
-            s.armed = bool(msg.base_mode & MAV.MAV_MODE_FLAG_SAFETY_ARMED)
-            s.mode = mavutil.mode_string_v10(msg)
-            s.last_heartbeat_s = self.clock()
-            self.link.target_system, self.link.target_component = s.system, s.component
-            if not self._version_requested:
-                self._version_requested = True
-                self._command(MAV.MAV_CMD_REQUEST_MESSAGE, MAV.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
-        elif kind == "COMMAND_ACK":
-            self.acks.append((msg.command, msg.result))
-        elif kind == "AUTOPILOT_VERSION":
-            v = msg.flight_sw_version
-            self.state.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
-        elif kind == "GLOBAL_POSITION_INT":
+    def _on_message(self, msg: Any, now: float) -> None:
+        if msg.get_type() == "GLOBAL_POSITION_INT":
             self.amsl_m = msg.alt / 1000.0
-        elif kind == "STATUSTEXT":
-            self.statustext.append(str(msg.text))
-
-    def _send(self, write: Callable[[Any], None]) -> None:
-        with self._send_lock:
-            try:
-                write(self.link.mav)
-            except OSError:  # the link is down: the missing heartbeats say so
-                pass
-
-    def _command(self, command: int, *params: float) -> None:
-        # an older answer to the same command (a mode change sent by hold()/command()) is not this one's
-        for old in [a for a in list(self.acks) if a[0] == command]:
-            self.acks.remove(old)
-        p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
-        s = self.state
-        self._send(lambda mav: mav.command_long_send(s.system or 1, s.component or 1, command, 0, *p))
 
     def wait_heartbeat(self, timeout_s: float = 10.0) -> AutopilotState:
         """The autopilot's state once its heartbeat has been seen; MavlinkError after ``timeout_s``."""
-        end = self.clock() + timeout_s
-        while self.state.last_heartbeat_s is None:
-            if self.clock() > end:
-                raise MavlinkError(f"no autopilot heartbeat on {self.endpoint} within {timeout_s:g} s")
-            time.sleep(0.02)
+        if not self.link.wait_heartbeat(timeout_s):
+            raise MavlinkError(f"no autopilot heartbeat on {self.endpoint} within {timeout_s:g} s")
         return self.state
 
     def _wait_ack(self, command: int, timeout_s: float) -> int:
-        end = self.clock() + timeout_s
-        while self.clock() < end:
-            for cmd, result in list(self.acks):
-                if cmd == command:
-                    self.acks.remove((cmd, result))
-                    return result
-            time.sleep(0.01)
-        raise MavlinkError(f"the autopilot did not acknowledge command {command} within {timeout_s:g} s")
+        result = self.link.wait_ack(command, timeout_s)
+        if result is None:
+            raise MavlinkError(f"the autopilot did not acknowledge command {command} within {timeout_s:g} s")
+        return result
 
     # ------------------------------------------------------------------ explicit commands
     def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
         """Ask for a flight mode by name (pymavlink's names: GUIDED, BRAKE, LOITER, OFFBOARD, ...) and wait until
         the heartbeat shows it."""
         s = self.wait_heartbeat(timeout_s)
-        mapping = self.link.mode_mapping() or {}
+        mapping = self.link.mode_mapping()
         if mode not in mapping:
             raise MavlinkError(f"{s.autopilot} has no mode {mode!r} (known: {', '.join(sorted(mapping))})")
         if s.autopilot == "px4" and mode == "OFFBOARD":
@@ -239,9 +132,8 @@ class MavlinkActuator(Actuator):
             while self.clock() < end:
                 self._send_setpoint((0.0, 0.0, 0.0, 0.0))
                 time.sleep(0.05)
-        for old in [a for a in list(self.acks) if a[0] == MAV.MAV_CMD_DO_SET_MODE]:
-            self.acks.remove(old)
-        self._send(lambda mav: self.link.set_mode(mode))
+        self.link.forget_acks(MAV.MAV_CMD_DO_SET_MODE)
+        self.link.set_mode(mode)
         result = self._wait_ack(MAV.MAV_CMD_DO_SET_MODE, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:  # PX4: TEMPORARILY_REJECTED e.g. OFFBOARD without setpoints
             raise MavlinkError(f"mode {mode} refused ({result_name(result)}): "
@@ -263,7 +155,7 @@ class MavlinkActuator(Actuator):
     def _arm_disarm(self, arm: bool, timeout_s: float) -> None:
         self.wait_heartbeat(timeout_s)
         self.statustext.clear()  # the refusal's reason is what the autopilot says from now on
-        self._command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1 if arm else 0)
+        self.link.command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1 if arm else 0)
         result = self._wait_ack(MAV.MAV_CMD_COMPONENT_ARM_DISARM, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:
             time.sleep(0.1)  # the reason (a STATUSTEXT) follows the refusal
@@ -291,7 +183,7 @@ class MavlinkActuator(Actuator):
                     raise MavlinkError("no GLOBAL_POSITION_INT: PX4's take-off altitude is AMSL")
                 time.sleep(0.02)
             target = self.amsl_m + altitude_m  # like PX4's own default (current altitude + MIS_TAKEOFF_ALT)
-        self._command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), target)
+        self.link.command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), target)
         result = self._wait_ack(MAV.MAV_CMD_NAV_TAKEOFF, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:
             raise MavlinkError(
@@ -312,19 +204,10 @@ class MavlinkActuator(Actuator):
 
     def vehicle(self) -> dict[str, Any]:
         s = self.state
-        return {"autopilot": s.autopilot, "mode": s.mode, "armed": s.armed, "link_ok": self._link_ok()}
+        return {"autopilot": s.autopilot, "mode": s.mode, "armed": s.armed, "link_ok": self.link.link_ok()}
 
     def link_error(self) -> str | None:
-        if self._link_ok():
-            return None
-        last = self.state.last_heartbeat_s
-        if last is None:
-            return f"no heartbeat from the autopilot on {self.endpoint} yet"
-        return f"autopilot link lost: no heartbeat on {self.endpoint} for {self.clock() - last:.1f} s"
-
-    def _link_ok(self) -> bool:
-        last = self.state.last_heartbeat_s
-        return last is not None and self.clock() - last < self.link_timeout_s
+        return self.link.link_error()
 
     # ------------------------------------------------------------------ the Actuator interface
     def _send_setpoint(self, setpoint: Sequence[float]) -> None:
@@ -332,7 +215,7 @@ class MavlinkActuator(Actuator):
         frame = SETPOINT_FRAME.get(s.autopilot or "", MAV.MAV_FRAME_BODY_OFFSET_NED)
         vx, vy, vz, yaw_rate = (float(v) for v in setpoint[:4])
         t_ms = int((self.clock() - self._boot) * 1000) & 0xFFFFFFFF
-        self._send(
+        self.link.send(
             lambda mav: mav.set_position_target_local_ned_send(
                 t_ms,
                 s.system or 1,
@@ -369,7 +252,7 @@ class MavlinkActuator(Actuator):
             self._we_hold = False  # back in the fly mode (a heartbeat after our request says so)
         elif self._resume_sent_s is None or self.clock() - self._resume_sent_s >= RESUME_RETRY_S:
             # in our hold, or the heartbeat (1 Hz) does not show the hold yet: ask (again) until it shows `fly`
-            self._send(lambda mav: self.link.set_mode(fly))
+            self.link.set_mode(fly)
             self._resume_sent_s = self.clock()
 
     def hold(self, t_ns: int) -> None:
@@ -379,7 +262,7 @@ class MavlinkActuator(Actuator):
         autopilot = self.state.autopilot
         # also while a resume is pending: the heartbeat may still show the hold although OFFBOARD was accepted
         if autopilot is not None and (self.state.mode == FLY_MODE[autopilot] or self._we_hold):
-            self._send(lambda mav: self.link.set_mode(HOLD_MODE[autopilot]))
+            self.link.set_mode(HOLD_MODE[autopilot])
             self._we_hold = True
             self._resume_sent_s = None
 
@@ -387,14 +270,13 @@ class MavlinkActuator(Actuator):
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
     def stats(self) -> dict[str, Any]:
+        age = self.link.heartbeat_age_s()
         return {
             "kind": self.name,
             "endpoint": self.endpoint,
-            **asdict(self.state),
-            "link_ok": self._link_ok(),
-            "heartbeat_age_s": None
-            if self.state.last_heartbeat_s is None
-            else round(self.clock() - self.state.last_heartbeat_s, 3),
+            **{name: getattr(self.state, name) for name in STATUS_FIELDS},
+            "link_ok": self.link.link_ok(),
+            "heartbeat_age_s": None if age is None else round(age, 3),
             "setpoints_sent": self.setpoints_sent,
             "holds": self.holds,
             "last_command_ns": self.last_command_ns,
@@ -403,6 +285,4 @@ class MavlinkActuator(Actuator):
         }
 
     def close(self) -> None:
-        self._stop.set()
-        self._reader.join(timeout=2.0)
         self.link.close()

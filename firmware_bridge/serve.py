@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from firmware_bridge import __version__
-from firmware_bridge.actuators import ACTUATOR_KINDS, make_actuator
+from firmware_bridge.actuators import ACTUATOR_KINDS, check_fc, make_actuator
 from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
+from firmware_bridge.mavlink_link import ENDPOINT_FORMS
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_MODEL_BYTES,
@@ -42,8 +43,7 @@ def build_parser() -> OneLineArgumentParser:
     parser.add_argument(
         "--fc",
         metavar="ENDPOINT",
-        help="--actuator mavlink: the flight controller, serial:DEVICE:BAUD, udpin:HOST:PORT, udpout:HOST:PORT or "
-        "tcp:HOST:PORT",
+        help=f"--actuator mavlink: the flight controller, {ENDPOINT_FORMS} (docs/autopilot.md)",
     )
     parser.add_argument(
         "--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)"
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--max-message-bytes must be at least {MIN_MESSAGE_BYTES}", prog=PROG)
     if (args.curve_secret is None) != (args.curve_clients is None):
         fail("--curve-secret and --curve-clients go together (the bridge's key and who may connect)", prog=PROG)
+    try:
+        check_fc(args.actuator, args.fc)
+    except ValueError as exc:
+        fail(str(exc), prog=PROG)
 
     # Imported after argument checks so `--help` and typos answer instantly (onnxruntime takes ~0.3 s to import).
     import zmq

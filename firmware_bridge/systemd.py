@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from firmware_bridge import __version__
-from firmware_bridge.actuators import ACTUATOR_KINDS
+from firmware_bridge.actuators import ACTUATOR_KINDS, check_fc
 from firmware_bridge.cli import USAGE_ERROR_EXIT, OneLineArgumentParser, fail, positive_int
 from firmware_bridge.protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_PORT, parse_tcp_endpoint
 
@@ -174,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if (args.actuator == "mavlink") != (args.fc is not None):
         fail("--actuator mavlink and --fc go together (e.g. --fc serial:/dev/serial0:921600)", prog=PROG)
+    try:
+        check_fc(args.actuator, args.fc)
+    except ValueError as exc:
+        fail(str(exc), prog=PROG)
     if args.user == "root":
         fail("--user root: the bridge runs unprivileged (docs/pi-install.md creates the airq account)", prog=PROG)
     for flag, value in (("--curve-secret", curve_secret), ("--curve-clients", curve_clients), ("--policy", policy)):

@@ -48,6 +48,7 @@ from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import format_versions, package_versions
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
+from firmware_bridge.mavlink_link import ENDPOINT_FORMS, parse_endpoint
 from firmware_bridge.protocol import sha256_hex
 from hil.autopilot import VehicleNotReady, prepare_vehicle
 from hil.loop import (
@@ -77,7 +78,7 @@ from hil.report import (
     summarize_run,
     write_report,
 )
-from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv, check_endpoint
+from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv
 from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
 from nav_env.config import ConfigError, NavConfig, load_level
 from nav_env.latency import LatencySource, parse_latency
@@ -214,12 +215,13 @@ def parse_args(argv: list[str] | None) -> RunArgs:
         "--telemetry",
         metavar="ENDPOINT",
         help="--backend autopilot: this host's MAVLink link to the autopilot, as a ground station's "
-        "(tcp:HOST:PORT, udpin:HOST:PORT, serial:DEVICE:BAUD; docs/autopilot.md)",
+        f"({ENDPOINT_FORMS}; docs/autopilot.md)",
     )
     p.add_argument(
         "--fc",
         metavar="ENDPOINT",
-        help="--sim-only --backend autopilot: the local bridge's link to the autopilot (its --fc)",
+        help="--sim-only --backend autopilot: the local bridge's link to the autopilot (its --fc, the same forms as "
+        "--telemetry)",
     )
     p.add_argument(
         "--takeoff-m",
@@ -413,7 +415,7 @@ def _check_backend(args: RunArgs) -> None:
     for flag, spec in (("--telemetry", args.telemetry), ("--fc", args.fc)):
         if spec is not None:
             try:
-                check_endpoint(spec)
+                parse_endpoint(spec)
             except ValueError as e:
                 raise UserError(f"{flag}: {e}") from None
 

@@ -22,25 +22,22 @@ autopilot clock's speed against the wall clock) are in :meth:`describe`.
 from __future__ import annotations
 
 import math
-import re
 import struct
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from firmware_bridge.mavlink_link import AutopilotState, MavlinkLink
 from nav_env.arena import Episode, sample_episode
 from nav_env.common import TaskEnv
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
-ENDPOINT_RE = re.compile(r"^(?:(?:udpin|udpout|udp|tcp|tcpin):[^:\s]+:\d+|serial:\S+:\d+)$")
 FLIP = np.array([1.0, -1.0, -1.0])  # NED (north, east, down) -> a right-handed frame with z up
-AUTOPILOT_NAMES = {3: "ardupilot", 12: "px4"}  # MAV_AUTOPILOT_ARDUPILOTMEGA, MAV_AUTOPILOT_PX4
-GCS_COMPONENT = 190  # MAV_COMP_ID_MISSIONPLANNER
 REQUEST_AGAIN_S = 5.0  # message intervals are asked again while they do not arrive at the asked rate
 # the parameters that say which frame an autopilot flies
 FRAME_PARAMS = {"ardupilot": ("FRAME_CLASS", "FRAME_TYPE"), "px4": ("SYS_AUTOSTART", "CA_AIRFRAME")}
@@ -64,30 +61,6 @@ class AttitudeSample:
     yaw_rate_ned: float  # rad/s, clockwise seen from above
 
 
-@dataclass
-class VehicleFacts:
-    """What the ground station learnt about the vehicle (all None until heard)."""
-
-    autopilot: str | None = None
-    mav_type: str | None = None  # e.g. QUADROTOR
-    mode: str | None = None
-    armed: bool = False
-    firmware: str | None = None
-    firmware_git: str | None = None
-    frame_params: dict[str, float] = field(default_factory=dict)
-    last_heartbeat_s: float | None = None
-
-
-def add_statustext(lines: deque[str], msg: Any) -> None:
-    """A STATUSTEXT into ``lines``; a long text comes in 50-character chunks sharing an ``id`` (MAVLink 2),
-    joined back into one line."""
-    text = str(msg.text).strip()
-    if getattr(msg, "id", 0) and getattr(msg, "chunk_seq", 0) and lines:
-        lines[-1] += text
-    elif text:
-        lines.append(text)
-
-
 def param_number(msg: Any, bytewise: bool) -> float:
     """A PARAM_VALUE's number. PX4 sends integer parameters bytewise (MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE:
     the int's bytes in the float field), ArduPilot as a float's value."""
@@ -96,70 +69,41 @@ def param_number(msg: Any, bytewise: bool) -> float:
     return float(msg.param_value)
 
 
-def check_endpoint(spec: str) -> str:
-    if not isinstance(spec, str) or not ENDPOINT_RE.match(spec):
-        raise ValueError(
-            f"telemetry endpoint must be tcp:HOST:PORT, udpin:HOST:PORT, udpout:HOST:PORT or serial:DEVICE:BAUD, "
-            f"got {spec!r}"
-        )
-    return spec
-
-
 class Telemetry:
-    """A ground station's MAVLink link: heartbeats out, pose and vehicle facts in (a reader thread)."""
+    """A ground station's MAVLink link (firmware_bridge.mavlink_link in the ``gcs`` role, ``endpoint`` in its
+    grammar: ValueError otherwise): heartbeats and the vehicle's facts from the link, and here the pose and attitude
+    streams, asked at ``telemetry_hz`` once the autopilot is heard and again while they do not arrive at that rate,
+    and the frame's parameters (``frame_params``)."""
 
     def __init__(self, endpoint: str, telemetry_hz: float = 50.0) -> None:
-        try:
-            from pymavlink import mavutil
-        except ImportError as e:
-            raise ImportError(f"the autopilot backend needs pymavlink: pip install 'airq[mavlink]' ({e})") from None
-        self.mavutil = mavutil
-        self.mav = mavutil.mavlink
-        self.endpoint = check_endpoint(endpoint)
         if not 1.0 <= telemetry_hz <= 200.0:
             raise ValueError(f"telemetry_hz must be within 1..200, got {telemetry_hz}")
         self.telemetry_hz = float(telemetry_hz)
-        device, baud = endpoint, None
-        if endpoint.startswith("serial:"):
-            device, _, rate = endpoint[len("serial:") :].rpartition(":")
-            baud = int(rate)
-        kwargs: dict[str, Any] = {"source_system": 255, "source_component": GCS_COMPONENT, "autoreconnect": True}
-        if baud is not None:
-            kwargs["baud"] = baud
-        self.link = mavutil.mavlink_connection(device, **kwargs)
-        self.facts = VehicleFacts()
         self.pose: PoseSample | None = None
         self.attitude: AttitudeSample | None = None
         # the last twenty seconds of poses at 50 Hz, with the wall time (time.monotonic) each arrived
         self.poses: deque[tuple[float, PoseSample]] = deque(maxlen=1024)
         self.new_pose = threading.Condition()
         self.targets: deque[tuple[float, Any]] = deque(maxlen=1024)  # (wall time, POSITION_TARGET_LOCAL_NED)
-        self.statustext: deque[str] = deque(maxlen=8)  # the autopilot's last messages (PX4 sends them to GCSs only)
-        self._target: tuple[int, int] | None = None
-        self._send_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="airq-telemetry", daemon=True)
-        self._thread.start()
+        self.frame_params: dict[str, float] = {}
+        self._next_request: float | None = None  # when the streams are checked again; None: no autopilot heard yet
+        self.link = MavlinkLink(endpoint, "gcs", on_message=self._on_message, on_tick=self._on_tick,
+                                thread_name="airq-telemetry")  # fmt: skip
+        self.endpoint = endpoint
+        self.mav = self.link.mav
+        self.state: AutopilotState = self.link.state
+        # the autopilot's last messages (PX4 sends them to ground stations only)
+        self.statustext: deque[str] = self.link.statustext
+        self.link.start()
 
-    # ------------------------------------------------------------------ the reader
-    def _run(self) -> None:
-        next_heartbeat = next_request = 0.0
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if now >= next_heartbeat:
-                self._send(lambda m: m.heartbeat_send(self.mav.MAV_TYPE_GCS, self.mav.MAV_AUTOPILOT_INVALID, 0, 0, 0))
-                next_heartbeat = now + 1.0
-            if self._target is not None and now >= next_request:
-                if not self._streaming():
-                    self._request_streams()
-                next_request = now + REQUEST_AGAIN_S
-            try:
-                msg = self.link.recv_match(blocking=True, timeout=0.05)
-            except (OSError, ValueError):  # a broken link: the missing telemetry says so
-                msg = None
-                time.sleep(0.05)
-            if msg is not None:
-                self._on_message(msg, time.monotonic())
+    # ------------------------------------------------------------------ the reader's part
+    def _on_tick(self, now: float) -> None:
+        if self._next_request is not None and now >= self._next_request:
+            if not self._streaming():
+                self._request_streams()
+                if self.state.firmware is None:
+                    self.link.request_version()
+            self._next_request = now + REQUEST_AGAIN_S
 
     def _streaming(self) -> bool:
         poses = list(self.poses)[-50:]
@@ -170,13 +114,15 @@ class Telemetry:
 
     def request_interval(self, msg_id: int, hz: float) -> None:
         """Ask the autopilot to send message ``msg_id`` at ``hz`` on this link (MAV_CMD_SET_MESSAGE_INTERVAL)."""
-        self._command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, msg_id, 1e6 / hz)
+        self.link.command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, msg_id, 1e6 / hz)
 
     def _request_streams(self) -> None:
         for msg_id in (self.mav.MAVLINK_MSG_ID_LOCAL_POSITION_NED, self.mav.MAVLINK_MSG_ID_ATTITUDE):
             self.request_interval(msg_id, self.telemetry_hz)
-        if self.facts.firmware is None:
-            self._command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
+
+    def _request_param(self, name: str) -> None:
+        s = self.state
+        self.link.send(lambda m: m.param_request_read_send(s.system, s.component, name.encode(), -1))
 
     def _on_message(self, msg: Any, now: float) -> None:
         kind = msg.get_type()
@@ -194,50 +140,18 @@ class Telemetry:
             self.targets.append((now, msg))
         elif kind == "ATTITUDE":
             self.attitude = AttitudeSample(int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed))
-        elif kind == "HEARTBEAT":
-            autopilot = AUTOPILOT_NAMES.get(msg.autopilot)
-            if autopilot is None or msg.type in (self.mav.MAV_TYPE_GCS, self.mav.MAV_TYPE_ONBOARD_CONTROLLER):
-                return  # a ground station or a companion computer, not the vehicle
-            f = self.facts
-            f.autopilot, f.mode = autopilot, self.mavutil.mode_string_v10(msg)
-            f.armed = bool(msg.base_mode & self.mav.MAV_MODE_FLAG_SAFETY_ARMED)
-            entry = self.mav.enums["MAV_TYPE"].get(msg.type)
-            f.mav_type = entry.name.removeprefix("MAV_TYPE_") if entry is not None else str(msg.type)
-            f.last_heartbeat_s = now
-            if self._target is None:
-                self._target = (msg.get_srcSystem(), msg.get_srcComponent())
-                self.link.target_system, self.link.target_component = self._target
-                self._request_streams()
-                for name in FRAME_PARAMS[autopilot]:
-                    self._send(lambda m, n=name: m.param_request_read_send(*self._target, n.encode(), -1))
-        elif kind == "AUTOPILOT_VERSION":
-            v = int(msg.flight_sw_version)
-            self.facts.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
-            git = bytes(msg.flight_custom_version)
-            # ArduPilot: the git hash's first 8 characters; PX4: its first bytes, least significant first
-            self.facts.firmware_git = (
-                bytes(reversed(git)).hex()
-                if self.facts.autopilot == "px4"
-                else git.rstrip(b"\0").decode("ascii", "replace")
-            )
+        elif kind == "HEARTBEAT" and self._next_request is None:  # the link passes on the autopilot's only
+            self._next_request = now  # checked at the next turn too: a request may be lost
+            self._request_streams()
+            s = self.state
+            assert s.autopilot is not None and s.system is not None and s.component is not None
+            for name in FRAME_PARAMS[s.autopilot]:
+                self._request_param(name)
         elif kind == "PARAM_VALUE":
             name = msg.param_id if isinstance(msg.param_id, str) else msg.param_id.decode()
-            if self.facts.autopilot and name in FRAME_PARAMS[self.facts.autopilot]:
-                self.facts.frame_params[name] = param_number(msg, bytewise=self.facts.autopilot == "px4")
-        elif kind == "STATUSTEXT":
-            add_statustext(self.statustext, msg)
-
-    def _send(self, write: Any) -> None:
-        with self._send_lock:
-            try:
-                write(self.link.mav)
-            except OSError:
-                pass
-
-    def _command(self, command: int, *params: float) -> None:
-        p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
-        target = self._target or (1, 1)
-        self._send(lambda m: m.command_long_send(target[0], target[1], command, 0, *p))
+            autopilot = self.state.autopilot
+            if autopilot and name in FRAME_PARAMS[autopilot]:
+                self.frame_params[name] = param_number(msg, bytewise=autopilot == "px4")
 
     # ------------------------------------------------------------------ what callers read
     def wait_streaming(self, timeout_s: float) -> None:
@@ -245,7 +159,7 @@ class Telemetry:
         end = time.monotonic() + timeout_s
         while not (self._streaming() and self.attitude is not None):
             if time.monotonic() > end:
-                heard = "no heartbeat" if self.facts.last_heartbeat_s is None else f"{self.facts.autopilot}'s heartbeat"
+                heard = "no heartbeat" if self.state.last_heartbeat_s is None else f"{self.state.autopilot}'s heartbeat"
                 raise AutopilotLinkError(
                     f"no LOCAL_POSITION_NED and ATTITUDE at {self.telemetry_hz:g} Hz on {self.endpoint} within "
                     f"{timeout_s:g} s ({heard}; a vehicle needs a position estimate: GPS, or an EKF origin)"
@@ -272,8 +186,6 @@ class Telemetry:
         return (poses[-1][1].time_ms - poses[0][1].time_ms) / 1000.0 / (poses[-1][0] - poses[0][0])
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2.0)
         self.link.close()
 
 
@@ -360,7 +272,7 @@ class AutopilotNavEnv(TaskEnv):
             if time.monotonic() - wall_start > self.settle_timeout_s:
                 raise AutopilotLinkError(
                     f"the vehicle still moves at {speed:.2f} m/s ({att.yaw_rate_ned:.2f} rad/s) "
-                    f"{self.settle_timeout_s:g} s after the episode ended: is the bridge holding it (mode {t.facts.mode})?"
+                    f"{self.settle_timeout_s:g} s after the episode ended: is the bridge holding it (mode {t.state.mode})?"
                 )
 
     # ------------------------------------------------------------------ gymnasium API
@@ -420,14 +332,14 @@ class AutopilotNavEnv(TaskEnv):
 
     def describe(self) -> dict[str, Any]:
         """Which autopilot, firmware and frame flew, over which link, and how fast its clock ran."""
-        f, t = self.telemetry.facts, self.telemetry
-        speedup = t.speedup()
+        t = self.telemetry
+        f, speedup = t.state, t.speedup()
         return {
             "autopilot": f.autopilot,
             "firmware": f.firmware,
             "firmware_git": f.firmware_git,
             "frame": f.mav_type,
-            "frame_params": dict(f.frame_params),
+            "frame_params": dict(t.frame_params),
             "telemetry": t.endpoint,
             "telemetry_hz": t.telemetry_hz,
             "speedup": None if speedup is None else round(speedup, 3),

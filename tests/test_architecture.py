@@ -26,7 +26,8 @@ ALL = {
 ALLOWED = {
     "airq_cli": set(),  # the tools' shared contract: standard library only
     "firmware_bridge": set(),  # the Pi install is this package alone
-    "nav_env": {"airq_cli", "firmware_bridge.device"},  # device.py describes the machine (stdlib only)
+    # device.py describes the machine; mavlink_link is the one MAVLink link (both stdlib only at import)
+    "nav_env": {"airq_cli", "firmware_bridge.device", "firmware_bridge.mavlink_link"},
     "policies": {"airq_cli", "nav_env", "firmware_bridge.device"},
     "quantize": {"airq_cli", "nav_env", "policies", "firmware_bridge.device", "firmware_bridge.int8_kernels"},
     "device_emulation": {"airq_cli", "firmware_bridge"},

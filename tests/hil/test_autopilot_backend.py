@@ -85,7 +85,7 @@ def test_lost_telemetry_is_a_one_line_error(peer):
             env.step(0)
     finally:
         env.close()
-    with pytest.raises(ValueError, match="telemetry endpoint must be tcp:HOST:PORT"):
+    with pytest.raises(ValueError, match="a MAVLink endpoint is serial:DEVICE:BAUD, .* got '5762'"):
         AutopilotNavEnv(level="easy", telemetry="5762")
 
 
@@ -135,7 +135,7 @@ def test_hil_run_autopilot_arguments_are_checked():
         ("--backend", "autopilot"): "--backend autopilot needs --telemetry ENDPOINT",
         ("--backend", "autopilot", "--telemetry", "tcp:127.0.0.1:5762"): "--sim-only --backend autopilot needs --fc",
         ("--fc", "tcp:127.0.0.1:5760"): "--fc applies to --backend autopilot",
-        ("--backend", "autopilot", "--telemetry", "5762", "--fc", "tcp:a:1"): "--telemetry: telemetry endpoint must be",
+        ("--backend", "autopilot", "--telemetry", "5762", "--fc", "tcp:a:1"): "--telemetry: a MAVLink endpoint is",
         ("--backend", "autopilot", "--telemetry", "tcp:a:1", "--fc", "tcp:a:1", "--timing", "latency"):
             "flies in the autopilot's clock",
     }  # fmt: skip

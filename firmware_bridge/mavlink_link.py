@@ -1,0 +1,287 @@
+"""One MAVLink link to an ArduPilot or PX4 autopilot, for the bridge's actuator and the host's ground station alike.
+
+The endpoint grammar (docs/autopilot.md, "MAVLink endpoints", lists the same forms): ``serial:DEVICE:BAUD``,
+``udpin:HOST:PORT``, ``udp:HOST:PORT`` (pymavlink's name for udpin), ``udpout:HOST:PORT``, ``tcp:HOST:PORT`` and
+``tcpin:HOST:PORT``; HOST a name or an IPv4 address (pymavlink's UDP and TCP links split HOST:PORT at its one
+colon), PORT within 1..65535, BAUD a positive whole number. :func:`parse_endpoint` is the one parser: the bridge's
+``--fc`` and the host's ``--telemetry`` are checked by it, and :class:`MavlinkLink` opens what it returns.
+
+:class:`MavlinkLink` is the link's common part: it opens the endpoint as a companion computer (system 1,
+MAV_COMP_ID_ONBOARD_COMPUTER) or a ground station (system 255, MAV_COMP_ID_MISSIONPLANNER), sends that role's
+HEARTBEAT once a second from a reader thread, follows the autopilot's HEARTBEAT (which autopilot, its system and
+component, MAV_TYPE, mode, armed), asks for AUTOPILOT_VERSION once the autopilot is heard, keeps its COMMAND_ACKs and
+STATUSTEXTs, and writes to it one sender at a time (COMMAND_LONG included). Everything else a message means belongs
+to the link's owner: ``on_message`` sees every message but the heartbeats of ground stations and companions,
+``on_tick`` runs once per reader turn (at least every 50 ms).
+
+This module imports only the standard library; pymavlink (the ``mavlink`` extra) is imported when a link opens, so
+checking an endpoint needs nothing installed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ENDPOINT_FORMS = (
+    "serial:DEVICE:BAUD, udpin:HOST:PORT, udp:HOST:PORT, udpout:HOST:PORT, tcp:HOST:PORT or tcpin:HOST:PORT"
+)
+NETWORK_KINDS = ("udpin", "udp", "udpout", "tcp", "tcpin")
+AUTOPILOT_NAMES = {3: "ardupilot", 12: "px4"}  # MAV_AUTOPILOT_ARDUPILOTMEGA, MAV_AUTOPILOT_PX4
+HEARTBEAT_PERIOD_S = 1.0
+# role -> (source system, source component, our HEARTBEAT's MAV_TYPE and system status)
+ROLES = {
+    "companion": (1, 191, "MAV_TYPE_ONBOARD_CONTROLLER", "MAV_STATE_ACTIVE"),  # MAV_COMP_ID_ONBOARD_COMPUTER
+    "gcs": (255, 190, "MAV_TYPE_GCS", None),  # MAV_COMP_ID_MISSIONPLANNER; system status 0 (uninitialised)
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A checked endpoint: ``device`` and ``baud`` are what pymavlink's ``mavlink_connection`` opens."""
+
+    spec: str  # as given
+    kind: str  # serial, udpin, udp, udpout, tcp or tcpin
+    device: str  # the serial device, or the spec itself (pymavlink reads the kind from its prefix)
+    baud: int | None = None  # serial only
+    host: str | None = None  # the network kinds only
+    port: int | None = None
+
+
+def parse_endpoint(spec: str) -> Endpoint:
+    """``spec`` parsed by the endpoint grammar (module docstring); ValueError, one line naming what is wrong and
+    quoting ``spec``, for anything else."""
+    if not isinstance(spec, str) or not spec or any(c.isspace() for c in spec):
+        raise ValueError(f"a MAVLink endpoint is {ENDPOINT_FORMS} without spaces, got {spec!r}")
+    kind, sep, rest = spec.partition(":")
+    if not sep:
+        raise ValueError(f"a MAVLink endpoint is {ENDPOINT_FORMS}, got {spec!r}")
+    if kind == "serial":
+        device, sep, baud = rest.rpartition(":")
+        if not sep or not device:
+            raise ValueError(f"serial needs DEVICE:BAUD (e.g. serial:/dev/serial0:921600), got {spec!r}")
+        if not (baud.isascii() and baud.isdigit() and int(baud) > 0):
+            raise ValueError(f"serial BAUD must be a positive whole number, got {baud!r} in {spec!r}")
+        return Endpoint(spec, kind, device, baud=int(baud))
+    if kind not in NETWORK_KINDS:
+        raise ValueError(f"unknown MAVLink link kind {kind!r} in {spec!r}: the forms are {ENDPOINT_FORMS}")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{kind} needs HOST:PORT (e.g. {kind}:127.0.0.1:14550), got {spec!r}")
+    if ":" in host:
+        raise ValueError(f"{kind} HOST must be a name or an IPv4 address (pymavlink takes no IPv6), got {spec!r}")
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{kind} PORT must be a number within 1..65535, got {port!r} in {spec!r}")
+    return Endpoint(spec, kind, spec, host=host, port=int(port))
+
+
+@dataclass
+class AutopilotState:
+    """What a link has heard of the autopilot (None or False until heard)."""
+
+    autopilot: str | None = None  # "ardupilot" or "px4", from its HEARTBEAT
+    system: int | None = None
+    component: int | None = None
+    mav_type: str | None = None  # MAV_TYPE without its prefix, e.g. QUADROTOR
+    mode: str | None = None  # pymavlink's name
+    armed: bool = False
+    last_heartbeat_s: float | None = None  # the link's clock
+    firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
+    firmware_git: str | None = None  # ArduPilot: the git hash's first 8 characters; PX4: its first 8 bytes in hex
+
+
+def add_statustext(lines: deque[str], msg: Any) -> None:
+    """A STATUSTEXT into ``lines``; a long text comes in 50-character chunks sharing an ``id`` (MAVLink 2),
+    joined back into one line."""
+    text = str(msg.text).strip()
+    if getattr(msg, "id", 0) and getattr(msg, "chunk_seq", 0) and lines:
+        lines[-1] += text
+    elif text:
+        lines.append(text)
+
+
+def load_mavutil() -> Any:
+    """pymavlink's mavutil; ImportError naming the extra when it is missing."""
+    try:
+        from pymavlink import mavutil
+    except ImportError as e:
+        raise ImportError(f"a MAVLink link needs pymavlink: pip install 'airq[mavlink]' ({e})") from None
+    return mavutil
+
+
+class MavlinkLink:
+    """The link to one autopilot (module docstring). Opened by the constructor (``connect`` stands in for
+    pymavlink's ``mavlink_connection``); the reader thread runs from :meth:`start` to :meth:`close`. ``clock``
+    stamps heartbeats and is the ``now`` the callbacks get."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        role: str,
+        *,
+        on_message: Callable[[Any, float], None] | None = None,
+        on_tick: Callable[[float], None] | None = None,
+        link_timeout_s: float = 3.0,
+        connect: Callable[..., Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        thread_name: str = "airq-mavlink",
+    ) -> None:
+        parsed = parse_endpoint(endpoint)
+        self.mavutil = load_mavutil()
+        self.mav = self.mavutil.mavlink
+        system, component, mav_type, status = ROLES[role]
+        self._heartbeat = (getattr(self.mav, mav_type), 0 if status is None else getattr(self.mav, status))
+        kwargs: dict[str, Any] = {"source_system": system, "source_component": component, "autoreconnect": True}
+        if parsed.baud is not None:
+            kwargs["baud"] = parsed.baud
+        self.endpoint = endpoint
+        self.conn = (connect or self.mavutil.mavlink_connection)(parsed.device, **kwargs)
+        self.link_timeout_s = link_timeout_s
+        self.clock = clock
+        self.state = AutopilotState()
+        self.acks: deque[tuple[int, int]] = deque(maxlen=32)  # (command, result)
+        self.statustext: deque[str] = deque(maxlen=8)  # the autopilot's last messages
+        self._on_message, self._on_tick = on_message, on_tick
+        self._version_requested = False
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    def start(self) -> MavlinkLink:
+        self._thread.start()
+        return self
+
+    # ------------------------------------------------------------------ the reader
+    def _run(self) -> None:
+        next_heartbeat = 0.0
+        mav_type, status = self._heartbeat
+        while not self._stop.is_set():
+            now = self.clock()
+            if now >= next_heartbeat:
+                self.send(lambda m: m.heartbeat_send(mav_type, self.mav.MAV_AUTOPILOT_INVALID, 0, 0, status))
+                next_heartbeat = now + HEARTBEAT_PERIOD_S
+            if self._on_tick is not None:
+                self._on_tick(now)
+            try:
+                msg = self.conn.recv_match(blocking=True, timeout=0.05)
+            except (OSError, ValueError):  # a closed or broken link: the missing heartbeats say so
+                msg = None
+                time.sleep(0.05)
+            if msg is not None:
+                self._handle(msg, self.clock())
+
+    def _handle(self, msg: Any, now: float) -> None:
+        kind, s = msg.get_type(), self.state
+        if kind == "HEARTBEAT":
+            autopilot = AUTOPILOT_NAMES.get(msg.autopilot)
+            if autopilot is None or msg.type in (self.mav.MAV_TYPE_GCS, self.mav.MAV_TYPE_ONBOARD_CONTROLLER):
+                return  # a ground station or a companion computer, not the vehicle
+            s.autopilot, s.system, s.component = autopilot, msg.get_srcSystem(), msg.get_srcComponent()
+            s.mode = self.mavutil.mode_string_v10(msg)
+            s.armed = bool(msg.base_mode & self.mav.MAV_MODE_FLAG_SAFETY_ARMED)
+            entry = self.mav.enums["MAV_TYPE"].get(msg.type)
+            s.mav_type = entry.name.removeprefix("MAV_TYPE_") if entry is not None else str(msg.type)
+            s.last_heartbeat_s = now
+            self.conn.target_system, self.conn.target_component = s.system, s.component
+            if not self._version_requested:
+                self._version_requested = True
+                self.request_version()
+        elif kind == "COMMAND_ACK":
+            self.acks.append((msg.command, msg.result))
+        elif kind == "AUTOPILOT_VERSION":
+            v = int(msg.flight_sw_version)
+            s.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
+            git = bytes(msg.flight_custom_version)
+            # PX4 sends the hash's first bytes least significant first
+            s.firmware_git = (
+                bytes(reversed(git)).hex() if s.autopilot == "px4" else git.rstrip(b"\0").decode("ascii", "replace")
+            )
+        elif kind == "STATUSTEXT":
+            add_statustext(self.statustext, msg)
+        if self._on_message is not None:
+            self._on_message(msg, now)
+
+    # ------------------------------------------------------------------ what goes out
+    def send(self, write: Callable[[Any], Any]) -> None:
+        """``write(encoder)`` with pymavlink's MAVLink encoder, one writer at a time; a down link drops it (the
+        missing heartbeats report that)."""
+        with self._send_lock:
+            try:
+                write(self.conn.mav)
+            except OSError:
+                pass
+
+    def forget_acks(self, command: int) -> None:
+        """Drop the kept COMMAND_ACKs of ``command``: an older answer is not the next request's."""
+        for old in [a for a in list(self.acks) if a[0] == command]:
+            self.acks.remove(old)
+
+    def command(self, command: int, *params: float) -> None:
+        """COMMAND_LONG ``command`` with up to seven params (the rest 0) to the autopilot heard last (system and
+        component 1 before any), its older acks forgotten."""
+        self.forget_acks(command)
+        p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
+        s = self.state
+        self.send(lambda m: m.command_long_send(s.system or 1, s.component or 1, command, 0, *p))
+
+    def request_version(self) -> None:
+        """Ask for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE); its answer fills ``state.firmware``."""
+        self.command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
+
+    def set_mode(self, mode: str) -> None:
+        """Ask for flight mode ``mode`` by pymavlink's name (its DO_SET_MODE for the autopilot heard)."""
+        self.send(lambda m: self.conn.set_mode(mode))
+
+    def mode_mapping(self) -> dict[str, Any]:
+        """pymavlink's mode names for the autopilot heard (empty before a heartbeat)."""
+        return self.conn.mode_mapping() or {}
+
+    # ------------------------------------------------------------------ what callers read
+    def wait_heartbeat(self, timeout_s: float) -> bool:
+        """Whether the autopilot's heartbeat has been heard, waiting up to ``timeout_s`` for it."""
+        end = self.clock() + timeout_s
+        while self.state.last_heartbeat_s is None:
+            if self.clock() > end:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def wait_ack(self, command: int, timeout_s: float) -> int | None:
+        """The result of the next COMMAND_ACK of ``command`` (taken from the kept ones), or None after
+        ``timeout_s``."""
+        end = self.clock() + timeout_s
+        while self.clock() < end:
+            for cmd, result in list(self.acks):
+                if cmd == command:
+                    self.acks.remove((cmd, result))
+                    return result
+            time.sleep(0.01)
+        return None
+
+    def heartbeat_age_s(self) -> float | None:
+        last = self.state.last_heartbeat_s
+        return None if last is None else self.clock() - last
+
+    def link_ok(self) -> bool:
+        """An autopilot heartbeat within ``link_timeout_s``."""
+        age = self.heartbeat_age_s()
+        return age is not None and age < self.link_timeout_s
+
+    def link_error(self) -> str | None:
+        """Why the autopilot is not heard now (one line), or None when it is."""
+        age = self.heartbeat_age_s()
+        if age is None:
+            return f"no heartbeat from the autopilot on {self.endpoint} yet"
+        if age >= self.link_timeout_s:
+            return f"autopilot link lost: no heartbeat on {self.endpoint} for {age:.1f} s"
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+        self.conn.close()
