@@ -281,6 +281,9 @@ class MavlinkLink:
         return None
 
     def close(self) -> None:
+        """Stop the reader and close the connection; a second call does nothing."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2.0)

@@ -33,7 +33,7 @@ import numpy as np
 
 from firmware_bridge.mavlink_link import AutopilotState, MavlinkLink
 from nav_env.arena import Episode, sample_episode
-from nav_env.common import TaskEnv
+from nav_env.common import ResetReturn, StepReturn, TaskEnv
 from nav_env.config import NavConfig
 from nav_env.sim import BatchSim
 
@@ -276,7 +276,7 @@ class AutopilotNavEnv(TaskEnv):
                 )
 
     # ------------------------------------------------------------------ gymnasium API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetReturn:
         super().reset(seed=seed)
         episode = self.next_episode(options, sample_episode)
         self._done = True
@@ -295,9 +295,9 @@ class AutopilotNavEnv(TaskEnv):
         self._done = False
         return self.sim.observe()[0], self.sim.info(0, False, False)
 
-    def step(self, action):
+    def step(self, action: Any) -> StepReturn:
         """Wait one control period of the autopilot's clock (the bridge flies ``action``) and score the pose."""
-        if self._done:
+        if self._done or self.episode is None:
             raise RuntimeError("step() called before reset() or after the episode ended; call reset()")
         dt_ms = self.cfg.vehicle.dt * 1000.0
         # Periods end on a grid from the episode's start, so the telemetry's spacing (a pose may come up to one
@@ -346,8 +346,7 @@ class AutopilotNavEnv(TaskEnv):
             "settle_s_mean": round(float(np.mean(self.settle_s)), 3) if self.settle_s else None,
         }
 
-    def close(self):
-        t = getattr(self, "telemetry", None)
+    def close(self) -> None:
+        t: Telemetry | None = getattr(self, "telemetry", None)  # None: __init__ failed before the link opened
         if t is not None:
             t.close()
-            self.telemetry = None

@@ -16,6 +16,9 @@ import numpy as np
 from nav_env.arena import Episode, slot_counts
 from nav_env.config import N_STATE_FEATURES, NavConfig
 
+# a step's outcome per env: reward, terminated, truncated, collision, success (each (N,))
+Scored = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
 INF32 = np.float32(np.inf)
 
 
@@ -80,7 +83,7 @@ class BatchSim:
             self.box[i] = ep.box
 
     # ------------------------------------------------------------------ dynamics
-    def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None):
+    def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None) -> Scored:
         """Advance every env by one control period under body-frame setpoints ``cmd`` (N, 4).
 
         ``delay`` (N,) seconds: when each env's ``cmd`` reaches its flight controller, counted from the
@@ -115,7 +118,7 @@ class BatchSim:
             and not any(self.in_flight)
         )
 
-    def _lockstep_step(self, cmd: np.ndarray):
+    def _lockstep_step(self, cmd: np.ndarray) -> Scored:
         v = self.cfg.vehicle
         a, dt = self.alpha, v.dt
         self.held[:] = cmd
@@ -203,7 +206,7 @@ class BatchSim:
         if yaw_rate is not None:
             self.yaw_rate[i] = yaw_rate
 
-    def score(self, collision: np.ndarray, step_share: np.ndarray | float = 1.0):
+    def score(self, collision: np.ndarray, step_share: np.ndarray | float = 1.0) -> Scored:
         """Reward and episode end for the current positions given this step's ``collision`` flags
         (shared with the AirSim backend). ``step_share``: each env's period over ``vehicle.dt`` (the step
         cost is per ``vehicle.dt`` of flight). Returns reward, terminated, truncated, collision, success."""
@@ -221,7 +224,7 @@ class BatchSim:
         truncated = out_of_time & ~terminated
         return reward, terminated, truncated, collision, success
 
-    def move_obstacles(self, dt: float | np.ndarray) -> None:
+    def move_obstacles(self, dt: float | np.floating | np.ndarray) -> None:
         """Move every cylinder on by its velocity for ``dt`` seconds (a scalar, or (N, 1, 1) per env), in
         float32, and reverse a velocity component where the cylinder reaches past a wall while moving toward it.
         Parked slots and static cylinders have zero velocity and stay (a -0.0 coordinate becomes +0.0), so
@@ -346,7 +349,10 @@ class BatchSim:
             return self._ws
         return _Workspace(n, self.cfg, self.cyl.shape[1], self.box.shape[1])
 
-    def _cast(self, ox, oy, dx, dy, cyl, box, ws: _Workspace) -> np.ndarray:
+    def _cast(
+        self, ox: np.ndarray, oy: np.ndarray, dx: np.ndarray, dy: np.ndarray, cyl: np.ndarray, box: np.ndarray,
+        ws: _Workspace,
+    ) -> np.ndarray:  # fmt: skip
         """Distance along each (env, column) ray to the first wall, cylinder or box: (n, C)."""
         a = self.cfg.arena
         inv_x, inv_y = 1.0 / dx, 1.0 / dy
@@ -392,7 +398,7 @@ class BatchSim:
             np.minimum(t, near.min(axis=2), out=t)
         return t
 
-    def add_camera_noise(self, depth: np.ndarray, idx) -> None:
+    def add_camera_noise(self, depth: np.ndarray, idx: np.ndarray | slice) -> None:
         """The level's camera noise (``camera.noise_std``) and dropout (``camera.dropout``), in place, on the
         normalised depth images ``depth`` (n, H, W) of the envs ``idx``: a counter-based hash of (episode key,
         step, pixel), so the noise is the same whichever batch an episode runs in and whichever simulator cast

@@ -34,7 +34,7 @@ from nav_env.config import NavConfig
 from nav_env.dynamics.camera import visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
 from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
-from nav_env.sim import BatchSim, hash_uniform
+from nav_env.sim import BatchSim, Scored, hash_uniform
 
 try:
     import mujoco
@@ -76,7 +76,7 @@ class MujocoSim(BatchSim):
         body0 = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "vehicle0")
         self._xfrc = self.data.xfrc_applied[body0 : body0 + n]
 
-        def geom_ids(model, names: list[str]) -> np.ndarray:
+        def geom_ids(model: mujoco.MjModel, names: list[str]) -> np.ndarray:
             return np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, s) for s in names], dtype=int)
 
         self._cyl_geoms = np.stack([geom_ids(m, [f"cyl{i}_{k}" for k in range(kc)]) for i in range(n)]).reshape(n, kc)
@@ -238,7 +238,7 @@ class MujocoSim(BatchSim):
         physics.geom_conaffinity[self._obstacle_geoms[i]] = np.where(parked, 0, _VEHICLE)
         mujoco.mj_kinematics(eye, self._eye_data[i])
 
-    def move_obstacles(self, dt: float | np.ndarray) -> None:
+    def move_obstacles(self, dt: float | np.floating | np.ndarray) -> None:
         """:meth:`BatchSim.move_obstacles`, and the moving cylinders' geoms after them in the physics and the camera models."""
         super().move_obstacles(dt)
         half_h = self.cfg.arena.ceiling / 2
@@ -279,7 +279,7 @@ class MujocoSim(BatchSim):
         self.gust[:, 0:2] = self.gust[:, 0:2] * decay[:, None] + w.gust_std * np.sqrt(1 - decay**2)[:, None] * normal
 
     # ------------------------------------------------------------------ dynamics
-    def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None):
+    def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None) -> Scored:
         dt = self.cfg.vehicle.dt
         cmd = np.asarray(cmd, dtype=np.float64)
         share: np.ndarray | float
@@ -433,7 +433,7 @@ class MujocoSim(BatchSim):
         return rot @ self._mount
 
 
-def _size_geoms(model, ids: np.ndarray, size: np.ndarray, n_cylinders: int) -> None:
+def _size_geoms(model: mujoco.MjModel, ids: np.ndarray, size: np.ndarray, n_cylinders: int) -> None:
     """Resize geoms of a compiled model (the first ``n_cylinders`` cylinders, then boxes), with the bounding data
     collision and ray casting read per geom."""
     model.geom_size[ids] = size
