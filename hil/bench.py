@@ -21,7 +21,6 @@ Without --policy it takes the shipped models that exist among models/policy{1,2,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_atomic
+from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_json
 from device_emulation.profiles import get_profile
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
@@ -206,21 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         from firmware_bridge.device import cpu_model, package_versions
         from firmware_bridge.int8_kernels import int8_kernels
 
-        write_atomic(
-            a.out,
-            json.dumps(
-                {
-                    "level": a.level,
-                    "episodes": a.episodes,
-                    "repeats": a.repeats,
-                    "cpu": cpu_model(),
-                    "int8_kernels": int8_kernels().as_dict(),
-                    "versions": package_versions(),
-                    "rows": rows,
-                },
-                indent=1,
-            ).encode(),
-        )
+        machine = {"cpu": cpu_model(), "int8_kernels": int8_kernels().as_dict(), "versions": package_versions()}
+        write_json(a.out, {"level": a.level, "episodes": a.episodes, "repeats": a.repeats, **machine, "rows": rows})
     return 0
 
 

@@ -24,14 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 
-from firmware_bridge.client import (
-    ActResult,
-    BridgeBusy,
-    BridgeClient,
-    BridgeError,
-    BridgeRefused,
-    BridgeUnreachable,
-)
+from firmware_bridge.client import ActResult, BridgeBusy, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from firmware_bridge.protocol import ErrorCode, sha256_hex
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
@@ -48,6 +41,7 @@ OUTAGE_AFTER_S = 0.5  # a miss streak this long is an outage even if the connect
 MAX_OUTAGE_S = 60.0  # give up (the log stays valid; --resume continues) after this long without a bridge
 
 Event = dict[str, Any]
+LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")  # per episode row
 
 
 class LinkLost(BridgeError):
@@ -275,11 +269,8 @@ class ControlLink:
         silent_s = self._silent_s(now)
         if silent_s >= self.max_outage_s:
             last = f" (last: {self._last_why})" if self._last_why else ""
-            says = (
-                self.client.status_from(self.status_probe_s)
-                if self.status_probe_s
-                else "the bridge's status was not asked for"
-            )
+            probe_s = self.status_probe_s
+            says = self.client.status_from(probe_s) if probe_s else "the bridge's status was not asked for"
             raise LinkLost(
                 self.client.endpoint,
                 f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
@@ -465,7 +456,7 @@ def run_closed_loop(
         # Per-episode shares of the link's and client's counters (since the previous episode ended) and
         # the episode's latency samples: what a report resumed from the log needs to add up every
         # session, not only the last, and to rebuild a policy's summary (hil.report.summarize_run).
-        counted: dict[str, float] = {**_link_counts(link.stats), **client.reliability_counters()}
+        counted: dict[str, float] = {k: getattr(link.stats, k) for k in LINK_COUNTS} | client.reliability_counters()
         rec.episode_rows.append(
             {
                 "failsafe_steps": misses,
@@ -495,13 +486,6 @@ def run_closed_loop(
     rec.status_end = link.call("status", lambda t: client.status(timeout_s=t))
     rec.client_counters = client.reliability_counters()
     return rec
-
-
-LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")
-
-
-def _link_counts(stats: LinkStats) -> dict[str, float]:
-    return {name: getattr(stats, name) for name in LINK_COUNTS}
 
 
 def _sample_memory(rec: LoopRecord, status: dict, t_start: float) -> None:

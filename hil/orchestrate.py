@@ -17,8 +17,8 @@ from firmware_bridge.device import package_versions
 from firmware_bridge.protocol import sha256_hex
 from hil.autopilot import prepare_vehicle
 from hil.loop import ControlLink, Event, LoopRecord, PolicyUpload, event_record, run_closed_loop
-from hil.report import RUN_LOG, PolicyResult, Report, RunLog, record_from_rows, summarize_run, write_report
-from hil.resume import EarlierSessions, start_log
+from hil.report import PolicyResult, Report, record_from_rows, summarize_run, write_report
+from hil.resume import RUN_LOG, EarlierSessions, RunLog, start_log
 from hil.session import BridgeSession
 from hil.setup import LocalBridge, RunSetup
 from nav_env.autopilot import AutopilotNavEnv
@@ -101,38 +101,27 @@ def fly_run(setup: RunSetup, command: str, progress: RunProgress) -> RunResult:
     )
     flights = Flights(setup, log, progress)
     results: list[PolicyResult] = []
-    written = False
     try:
         for index, (path, onnx) in enumerate(zip(args.policy, policy_bytes)):
             rows = earlier.rows[index]
             finished = {row["episode"] for row in rows}
             todo = [j for j in range(args.episodes) if j not in finished]
-            if not todo:
+            if todo:
+                results.append(flights.fly_policy(index, onnx, todo, rows))
+            else:
                 # Finished in an earlier session: its summary comes from the log (the one that session
                 # measured, or rebuilt from the episode rows); flying nothing would only measure nothing.
                 summary = earlier.summary(index, path, onnx, setup.deadline_s)
                 results.append(PolicyResult(summary, record_from_rows(rows), device=earlier.device.get(index)))
-                written = False
-                continue
-            results.append(flights.fly_policy(index, onnx, todo, rows))
             report = replace(report.with_policies(results), vehicle=flights.vehicle())
-            # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
-            # report.json, which may be missing (killed before writing it) or another run's.
-            log.append(
-                {
-                    "kind": "policy_end",
-                    "policy": path,
-                    "policy_index": index,
-                    "device": report.device,
-                    "episodes": sorted(finished | set(todo)),
-                    "summary": results[-1].summary.to_json(episodes=False),
-                }
-            )
-            write_report(out_dir, report, [r.record for r in results])  # after each policy: nothing measured is lost
-            written = True
-        if not written:  # the last policies were finished earlier: the report rebuilt from the log
-            report = report.with_policies(results)
-            write_report(out_dir, report, [r.record for r in results])
+            if todo:
+                # The policy's summary goes to the log too (fsync'd): a resume takes it from there, not from
+                # report.json, which may be missing (killed before writing it) or another run's.
+                end = {"kind": "policy_end", "policy": path, "policy_index": index, "device": report.device}
+                summary_json = results[-1].summary.to_json(episodes=False)
+                log.append(end | {"episodes": sorted(finished | set(todo)), "summary": summary_json})
+            if todo or index == len(policy_bytes) - 1:  # after each policy flown, and the last: nothing is lost
+                write_report(out_dir, report, [r.record for r in results])
     finally:
         log.close()
     return RunResult(out_dir, report.to_json(), notes=tuple(notes), warnings=tuple(report.warnings))
@@ -228,7 +217,6 @@ class Flights:
                 on_episode=on_episode,
                 env=self._env,
                 link=link,
-                deadline_s=deadline_s,
                 timing=timing,
             )
             if isinstance(self._env, AutopilotNavEnv):

@@ -1,31 +1,102 @@
-"""What makes a run resumable, and continuing one: the run log's first records (the ``run`` header with the
-arguments and each policy's sha256, or a ``resume`` record), ``--resume DIR`` read back from that header, what
-earlier sessions flew and summarized, and an earlier run's log kept beside rather than overwritten."""
+"""The run log, and continuing a run from it.
+
+The run log (``run.jsonl`` in the output directory) is what makes results survive anything: one JSON object per
+line - a ``run`` header (the arguments and each policy's sha256, or a ``resume`` record for a later session), every
+``episode`` as soon as it ends, and ``event``s (fail-safes, outages, bridge restarts) - appended with write() +
+fsync(), so a run killed at any instant leaves every finished episode on disk. A line torn by the kill is the last
+one; the reader ignores it and ``--resume`` cuts it off before appending. ``--resume DIR`` reads the arguments back
+from the header and what earlier sessions flew and summarized from the rest; a new run keeps an earlier run's log
+beside rather than overwriting it.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from airq_cli import ArgumentParser, UserError, output_dir
+from airq_cli import ArgumentParser, UserError, json_text, output_dir
 from firmware_bridge.protocol import sha256_hex
 from hil.args import RunArgs
 from hil.loop import LoopRecord
-from hil.report import (
-    RUN_LOG,
-    RUN_LOG_VERSION,
-    PolicySummary,
-    RunLog,
-    read_run_log,
-    repair_run_log,
-    report_row,
-    summarize_run,
-)
+from hil.report import PolicySummary, report_row, summarize_run
 from hil.setup import RunSetup
+
+RUN_LOG = "run.jsonl"
+RUN_LOG_VERSION = 1
+
+
+class RunLog:
+    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable.
+
+    The file is created only by the first durable record (an episode); lines before it are held in
+    memory and written with it. A run that fails or is killed before recording anything leaves no log,
+    and ``on_create`` (keep an earlier log aside) runs only then, so such a run does not displace the
+    run that was there either.
+    """
+
+    def __init__(self, path: Path, on_create: Callable[[], None] | None = None) -> None:
+        self.path = path
+        self._fd = -1
+        self._pending: list[bytes] | None = []
+        self._on_create = on_create
+
+    def _open(self) -> None:
+        if self._on_create is not None:
+            self._on_create()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, record: dict[str, Any], durable: bool = True) -> None:
+        line = (json_text(record, indent=None) + "\n").encode()
+        if self._pending is not None:
+            self._pending.append(line)
+            if not durable:
+                return
+            self._open()
+            line, self._pending = b"".join(self._pending), None
+        # One write() per line: O_APPEND makes it land whole at the end, never interleaved.
+        os.write(self._fd, line)
+        if durable:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def read_run_log(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(records, bytes of whole valid lines). Stops at the first torn or unreadable line."""
+    data = path.read_bytes()
+    records, good = [], 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break  # torn by a kill mid-write
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(record, dict):
+            break
+        records.append(record)
+        good += len(line)
+    return records, good
+
+
+def repair_run_log(path: Path) -> list[dict[str, Any]]:
+    """Drop a torn last line (if any) so appends start on a clean line; return the records."""
+    records, good = read_run_log(path)
+    if good != path.stat().st_size:
+        with open(path, "r+b") as f:
+            f.truncate(good)
+            os.fsync(f.fileno())
+    return records
 
 
 def parse_resume_args(argv: list[str]) -> RunArgs:
@@ -115,7 +186,7 @@ def start_log(
     is, resumable."""
     args = setup.args
     log_path = Path(args.out) / RUN_LOG
-    log = RunLog(log_path, deferred=True, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, note))
+    log = RunLog(log_path, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, note))
     if args.resume:
         finished = {str(i): len(rows) for i, rows in earlier.rows.items()}
         record = {"kind": "resume", "t_wall": time.time(), "finished": finished}

@@ -25,15 +25,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, UserError, error_line
+import airq_cli
+from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, error_line
 from firmware_bridge.client import BridgeError
 from firmware_bridge.launcher import BridgeStartError
 from hil.args import RunArgs, parse_args
 from hil.autopilot import VehicleNotReady
 from hil.orchestrate import RunProgress, RunResult, fly_run
 from hil.printing import CommandLineProgress, describe
-from hil.report import RUN_LOG, read_run_log
-from hil.resume import parse_resume_args
+from hil.resume import RUN_LOG, parse_resume_args, read_run_log
 from hil.setup import check_args
 from nav_env.autopilot import AutopilotLinkError
 
@@ -52,33 +52,23 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_resume_args(argv) if "--resume" in argv else parse_args(argv)
-    except SystemExit as e:  # argparse: --help, or a bad flag already reported in one line
-        return int(e.code or 0)
-    except UserError as e:
-        print(error_line(e), file=sys.stderr)
-        return EXIT_USAGE
+    return airq_cli.run(_main, sys.argv[1:] if argv is None else argv)  # a UserError: one line, exit 2
+
+
+def _main(argv: list[str] | None) -> int:
+    argv = argv or []
+    args = parse_resume_args(argv) if "--resume" in argv else parse_args(argv)
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
         signal.signal(signal.SIGTERM, _terminate)
-    resume_hint = (
-        f"finished episodes are in {Path(args.out) / RUN_LOG}; continue with: python -m hil.run --resume {args.out}"
-    )
+    log_path = Path(args.out) / RUN_LOG
+    resume_hint = f"finished episodes are in {log_path}; continue with: python -m hil.run --resume {args.out}"
 
     def episodes_logged() -> bool:
-        path = Path(args.out) / RUN_LOG
-        return path.exists() and any(r.get("kind") == "episode" for r in read_run_log(path)[0])
+        return log_path.exists() and any(r.get("kind") == "episode" for r in read_run_log(log_path)[0])
 
     try:
-        result = run(
-            args, command=shlex.join(["python", "-m", "hil.run", *argv]), progress=CommandLineProgress(args.quiet)
-        )
-        print(describe(result))
-        return 0
-    except UserError as e:
-        print(error_line(e), file=sys.stderr)
-        return EXIT_USAGE
+        progress = CommandLineProgress(args.quiet)
+        result = run(args, command=shlex.join(["python", "-m", "hil.run", *argv]), progress=progress)
     except (BridgeError, BridgeStartError, AutopilotLinkError, VehicleNotReady) as e:
         print(error_line(e), file=sys.stderr)
         if episodes_logged():
@@ -93,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    print(describe(result))
+    return 0
 
 
 if __name__ == "__main__":
