@@ -332,7 +332,6 @@ class LoopRecord:
     deadline_misses: int = 0  # acts without a reply by their deadline: fail-safe applied instead
     overruns: int = 0  # paced steps that started late (the loop itself was too slow)
     memory: list[tuple[float, int, int]] = field(default_factory=list)  # (t since start, rss, peak)
-    trajectories: dict[int, np.ndarray] = field(default_factory=dict)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
     status_start: dict = field(default_factory=dict)
     status_end: dict = field(default_factory=dict)
@@ -472,7 +471,6 @@ def run_closed_loop(
         logged = counted
         rec.deadline_misses = link.stats.deadline_misses
         if n < keep_trajectories and hasattr(env, "trajectory"):
-            rec.trajectories[j] = np.array(env.trajectory)
             frame = env.render()
             if isinstance(frame, np.ndarray):  # rgb_array: one picture
                 rec.frames[j] = frame

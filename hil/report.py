@@ -1,4 +1,4 @@
-"""Summaries of closed-loop runs, the side-by-side table, report.json and its figures."""
+"""Summaries of closed-loop runs, the comparisons between policies, report.json and its figures."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import shown, write_atomic, write_json
+from airq_cli import write_atomic, write_json
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
 from nav_env.backends import get_backend
@@ -253,7 +253,7 @@ class PolicyResult:
     record: LoopRecord
     device: dict[str, Any] | None = None  # the bridge's hello: device, versions, threads, actuator
     warning: str | None = None  # e.g. an int8 scheme the device's kernels do not compute exactly
-    timing: dict[str, Any] | None = None  # --timing latency: the delay this policy flew (Latency.describe)
+    timing: dict[str, Any] | None = None  # --timing latency: the delay this policy flew (Timing.describe)
 
 
 @dataclass(frozen=True)
@@ -302,58 +302,8 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
-    """report.json's runs and comparisons, as its document has them (hil.run's RunResult.report), side by side."""
-    head = (
-        f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
-        f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in runs:
-        o, m = r["outcomes"], r["device_memory"]
-        lo, hi = o["success_ci95"]
-        lines.append(
-            f"{_short(r['policy']):<28}{o['success_rate']:>9.1%}{f'{lo:.0%}-{hi:.0%}':>14}{o['collision_rate']:>7.1%}{o['timeout_rate']:>6.1%}"
-            f"{r['actuation_hz']:>9,.0f}{r['round_trip_us']['p50']:>9.0f}{r['round_trip_us']['p95']:>8.0f}{r['round_trip_us']['p99']:>8.0f}"
-            f"{r['device_inference_us']['p50']:>10.1f}{r['device_inference_us']['p99']:>8.1f}{r['overhead_us']['p50']:>9.0f}"
-            f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}{r['reliability']['outages']:>8}"
-        )
-    lines.append(
-        "latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference; "
-        "misses = acts past their deadline (hover applied instead)"
-    )
-    for r in runs:
-        rel = r["reliability"]
-        if any(rel.get(k) for k in ("deadline_misses", "outages", "retries", "reconnects", "vehicle_link_errors")):
-            lines.append(
-                f"{_short(r['policy'])}: {rel['deadline_misses']} deadline misses (deadline {rel['deadline_ms'] or 0:.0f} ms), "
-                f"{rel['outages']} outage(s) {rel['outage_s']:.2f} s, {rel.get('retries', 0)} retries, "
-                f"{rel.get('reconnects', 0)} reconnects, {rel.get('stale_replies', 0)} stale replies dropped, "
-                f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s), "
-                f"{rel.get('vehicle_link_errors') or 0} act(s) refused with the autopilot link lost; "
-                f"episodes spanning an outage: {rel['episodes_spanning_outage'] or 'none'}"
-            )
-    for c in comparisons:
-        d = c["success_difference"]
-        diff = (
-            f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})"
-            if d
-            else "success: episodes differ"
-        )
-        lines.append(
-            f"{_short(c['policy'])} vs {_short(c['against'])}: speed-up {_x(c['inference_speedup'])} (device inference p50), "
-            f"actuation rate {_x(c['actuation_rate_ratio'])}, memory saving {_x(c['peak_rss_ratio'])} (peak RSS), "
-            f"model {_x(c['model_size_ratio'])} smaller file; {diff}"
-        )
-    return "\n".join(lines)
-
-
-def _short(name: str) -> str:
+def short_name(name: str) -> str:
     return Path(name).name[-28:]
-
-
-def _x(v: float | None) -> str:
-    return shown(v or None, ".2f", "x")  # a ratio of zero is a missing measurement
 
 
 def write_report(out_dir: Path, report: Report, records: list[LoopRecord]) -> list[Path]:
@@ -451,7 +401,7 @@ def _latency_plot(plt, out_dir: Path, runs: list[PolicySummary], records: list[L
             color=color,
             linestyle=style,
             linewidth=1.6 if style == "-" else 1.3,
-            label=f"{_short(r.policy)} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
+            label=f"{short_name(r.policy)} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
         )
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -477,7 +427,7 @@ def _memory_plot(plt, out_dir: Path, runs: list[PolicySummary]) -> Path:
         s = np.asarray(r.device_memory.samples, dtype=float)
         if not len(s):
             continue
-        color, name = f"C{k}", _short(r.policy)
+        color, name = f"C{k}", short_name(r.policy)
         t, rss, peak = s[:, 0], s[:, 1] / MIB, s[:, 2] / MIB
         same = bool(np.allclose(rss, peak))
         peak_label = f"{name} peak RSS: {peak.max():.1f} MiB" + (" (equal to RSS at every sample)" if same else "")

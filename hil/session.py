@@ -1,5 +1,5 @@
-"""The bridge a policy flies through, for the length of that policy: started here (a :class:`LocalBridge`, restarted
-by :class:`LocalBridgeSupervisor` if it dies) or reached on a device (a :class:`RemoteBridge`), then stopped."""
+"""The bridge a policy flies through, for the length of that policy: started here (a :class:`LocalBridge`, started
+again if it dies) or reached on a device (a :class:`RemoteBridge`), then stopped."""
 
 from __future__ import annotations
 
@@ -9,30 +9,10 @@ from airq_cli import UserError
 from firmware_bridge.client import BridgeClient
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess
-from hil.loop import Event
+from hil.loop import Event, Supervisor
 from hil.setup import BridgeTarget, LocalBridge
 
-
-class LocalBridgeSupervisor:
-    """--sim-only: notices that the local bridge process died and starts a new one on the same port.
-
-    Called from the control loop (main thread) on every missed act; the restart does not wait for
-    the new process, the client reconnects by itself once it listens.
-    """
-
-    def __init__(self, process: BridgeProcess, min_interval_s: float = 1.0) -> None:
-        self.process = process
-        self.min_interval_s = min_interval_s  # a bridge that dies at once is not restarted in a tight loop
-        self._last_restart = 0.0
-
-    def check(self) -> Event | None:
-        if self.process.alive or time.monotonic() - self._last_restart < self.min_interval_s:
-            return None
-        old_pid = self.process.pid
-        exit_code = self.process.process.returncode if self.process.process else None
-        self._last_restart = time.monotonic()
-        self.process.restart(wait=False)
-        return {"event": "bridge_restarted", "old_pid": old_pid, "exit_code": exit_code, "pid": self.process.pid}
+RESTART_INTERVAL_S = 1.0  # a local bridge that dies at once is not restarted in a tight loop
 
 
 class BridgeSession:
@@ -44,9 +24,23 @@ class BridgeSession:
         self.target, self.timeout_s = target, timeout_s
         self.process: BridgeProcess | None = None  # a local bridge, once started
         self.client: BridgeClient | None = None  # once connected
+        self._last_restart = 0.0
 
-    def supervisor(self) -> LocalBridgeSupervisor | None:
-        return LocalBridgeSupervisor(self.process) if self.process is not None else None
+    def supervisor(self) -> Supervisor | None:
+        """What restarts a local bridge that died (hil.loop.ControlLink calls it on every miss); a device has none."""
+        return self if self.process is not None else None
+
+    def check(self) -> Event | None:
+        """A local bridge process that died is started again on the same port. The restart does not wait for the
+        new process: the client reconnects by itself once it listens."""
+        process = self.process
+        if process is None or process.alive or time.monotonic() - self._last_restart < RESTART_INTERVAL_S:
+            return None
+        old_pid = process.pid
+        exit_code = process.process.returncode if process.process else None
+        self._last_restart = time.monotonic()
+        process.restart(wait=False)
+        return {"event": "bridge_restarted", "old_pid": old_pid, "exit_code": exit_code, "pid": process.pid}
 
     def __enter__(self) -> BridgeClient:
         target, curve = self.target, None
