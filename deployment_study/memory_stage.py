@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airq_cli import known_fields, write_json
+from airq_cli import UserError, known_fields, write_json
 from deployment_study.args import ROOT, StudyArgs
 from deployment_study.memfit_run import (
     MemfitError,
@@ -53,7 +53,6 @@ from deployment_study.memfit_run import (
     read_onnx_metadata,
     run_memory_fit,
 )
-from hil.run import UserError
 
 if TYPE_CHECKING:
     from device_emulation.profiles import DeviceProfile

@@ -62,6 +62,7 @@ from airq_cli import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     ArgumentParser,
+    UserError,
     defaults_from,
     error_line,
     output_dir,
@@ -96,8 +97,9 @@ from device_emulation.roofline import MachineFigures
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from hil.report import percentiles_us, read_run_log
-from hil.run import CommandLineProgress, RunArgs, UserError
+from hil.report import percentiles_us
+from hil.resume import read_run_log
+from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
 from nav_env.config import ConfigError, load_level
 from nav_env.stats import wilson_interval

@@ -21,7 +21,6 @@ Without --policy it takes the shipped models that exist among models/policy{1,2,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -30,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_atomic
+from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_json
 from device_emulation.profiles import get_profile
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.report import percentiles_us, summarize_run
-from hil.run import Device, RunArgs
+from hil.session import BridgeSession
+from hil.setup import LocalBridge
 from nav_env.config import load_level
 from nav_env.env import NavEnv
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[tuple[str, float], list[dict[str, Any]]] = {(path, s): [] for path in policies for s in spins}
     samples: dict[tuple[str, float], dict[str, list[int]]] = {key: {"rtt": [], "infer": [], "echo": []} for key in runs}
     echo = echo_client = None
+    native = get_profile("native")
     try:
         if not a.no_echo:
             from firmware_bridge.bench import EchoProcess
@@ -154,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(a.repeats):
             order = spins if rep % 2 == 0 else spins[::-1]
             for path in policies:
-                args = RunArgs(policy=[path], sim_only=True, level=a.level, episodes=a.episodes, seed=a.seed)
-                with Device(args, get_profile("native")) as client:
+                with BridgeSession(LocalBridge(native, native.threads), timeout_s=1.0) as client:
                     client.hello()
                     load = client.load_policy(path)
                     for spin in order:
@@ -205,21 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         from firmware_bridge.device import cpu_model, package_versions
         from firmware_bridge.int8_kernels import int8_kernels
 
-        write_atomic(
-            a.out,
-            json.dumps(
-                {
-                    "level": a.level,
-                    "episodes": a.episodes,
-                    "repeats": a.repeats,
-                    "cpu": cpu_model(),
-                    "int8_kernels": int8_kernels().as_dict(),
-                    "versions": package_versions(),
-                    "rows": rows,
-                },
-                indent=1,
-            ).encode(),
-        )
+        machine = {"cpu": cpu_model(), "int8_kernels": int8_kernels().as_dict(), "versions": package_versions()}
+        write_json(a.out, {"level": a.level, "episodes": a.episodes, "repeats": a.repeats, **machine, "rows": rows})
     return 0
 
 

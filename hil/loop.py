@@ -24,14 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 
-from firmware_bridge.client import (
-    ActResult,
-    BridgeBusy,
-    BridgeClient,
-    BridgeError,
-    BridgeRefused,
-    BridgeUnreachable,
-)
+from firmware_bridge.client import ActResult, BridgeBusy, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
 from firmware_bridge.protocol import ErrorCode, sha256_hex
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
@@ -48,6 +41,7 @@ OUTAGE_AFTER_S = 0.5  # a miss streak this long is an outage even if the connect
 MAX_OUTAGE_S = 60.0  # give up (the log stays valid; --resume continues) after this long without a bridge
 
 Event = dict[str, Any]
+LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")  # per episode row
 
 
 class LinkLost(BridgeError):
@@ -59,6 +53,11 @@ class Supervisor(Protocol):
 
     def check(self) -> Event | None:
         """Called on every miss: restart the bridge if it is dead; return an event if anything happened."""
+
+
+def event_record(event: str, **fields: Any) -> Event:
+    """One ``event`` line of the run log, stamped with both clocks."""
+    return {"kind": "event", "event": event, "t_mono": time.monotonic(), "t_wall": time.time(), **fields}
 
 
 def failsafe_action(cfg: NavConfig) -> int | np.ndarray:
@@ -139,16 +138,8 @@ class ControlLink:
     # ------------------------------------------------------------------ events
 
     def emit(self, event: str, **fields: Any) -> None:
-        record = {
-            "kind": "event",
-            "event": event,
-            "t_mono": time.monotonic(),
-            "t_wall": time.time(),
-            **self.context,
-            **fields,
-        }
         if self.on_event:
-            self.on_event(record)
+            self.on_event(event_record(event, **(self.context | fields)))
 
     # ------------------------------------------------------------------ acting
 
@@ -158,42 +149,42 @@ class ControlLink:
         deadline = start + self.deadline_s
         if self._silent_since is None:
             self._silent_since = start
+        result = self._request_act(obs, deadline)
+        if isinstance(result, str):
+            self._miss(deadline, why=result)
+            return None
+        self._on_reply()
+        return result
+
+    def _request_act(self, obs: np.ndarray, deadline: float) -> ActResult | str:
+        """The act's reply, or why there is none to apply by ``deadline``."""
         try:
             if self._needs_verify() and not self._verify(deadline, self._attempt_timeout_s()):
-                self._miss(deadline, "policy not verified")
-                return None
+                return "policy not verified"
             withheld = self.client.withheld
             result = self.client.act_within(obs, max(deadline - time.monotonic(), 1e-4))
         except BridgeBusy:
-            self._miss(deadline, "bridge busy: its peer cap is full")  # nothing was executed
-            return None
+            return "bridge busy: its peer cap is full"  # nothing was executed
         except BridgeRefused as exc:
             if exc.code == ErrorCode.VEHICLE_LINK:  # the bridge is up, its autopilot is not: nothing was sent
                 self.stats.vehicle_link_errors += 1
                 if self._streak_start is None:
                     self.emit("vehicle_link_lost", detail=exc.detail)
-                self._miss(deadline, "the bridge's autopilot link is lost")
-                return None
+                return "the bridge's autopilot link is lost"
             if exc.code != ErrorCode.NO_POLICY:
                 raise  # a bad observation or policy is a bug to report, not a network fault
             self._must_verify = True  # a restarted bridge without our policy
-            self._miss(deadline, "bridge has no policy")
-            return None
+            return "bridge has no policy"
         except BridgeUnreachable:
-            self._miss(deadline, "verification timed out")
-            return None
+            return "verification timed out"
         if result is None:
             if self.client.withheld > withheld:  # not sent: one request in flight per connection (client.py)
-                self._miss(deadline, "the previous act on this connection is still unanswered")
-            else:
-                self._miss(deadline, "no reply by the deadline")
-            return None
+                return "the previous act on this connection is still unanswered"
+            return "no reply by the deadline"
         if self._needs_verify():
             # The act went out on a connection made while we waited: it may have reached a restarted
             # bridge running another policy. Not applied; the policy is checked first, next step.
-            self._miss(deadline, "reply came over an unverified new connection")
-            return None
-        self._on_reply()
+            return "reply came over an unverified new connection"
         return result
 
     def _needs_verify(self) -> bool:
@@ -227,8 +218,8 @@ class ControlLink:
         self.emit("policy_reuploaded", reason=reason, sha256=self.policy.sha256)
 
     def _miss(self, deadline: float, why: str) -> None:
+        """An act without a reply to apply: the fail-safe flies this step."""
         now = time.monotonic()
-        self._last_why = why
         if self.free_running and now < deadline:
             # Unpaced loop: a miss still takes its deadline, so a dead bridge does not make the
             # simulator race through hover steps. A paced loop sleeps in its own pacing instead.
@@ -237,23 +228,32 @@ class ControlLink:
         self.stats.deadline_misses += 1
         self._streak_misses += 1
         if self._streak_start is None:
-            self._streak_start = now
             self.emit("failsafe", why=why, since_last_reply_s=now - self._last_reply)
-        event = self.supervisor.check() if self.supervisor else None
-        if event:
-            self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
-            self.emit(**event)
-        lost = event is not None or not self.client.connected or now - self._streak_start >= self.outage_after_s
-        if lost and not self._in_outage:
-            self._in_outage = True
-            self.episode_outage = True
-            self.stats.outages += 1
-            self.emit("outage_start", why=why, first_failsafe_mono=self._streak_start, last_reply_mono=self._last_reply)
+        self._unanswered(now, why, acting=True)
         if self._in_outage and now - self._last_reconnect >= max(self.outage_after_s, self.client.timeout_s):
             self.client.reconnect()  # Lazy Pirate: a fresh socket, nothing stale queued on it
             self._last_reconnect = now
         self._give_up_if_too_long(now, "acting")
-        return None
+
+    def _unanswered(self, now: float, why: str, *, acting: bool) -> None:
+        """A request without its answer, acting or between episodes: the streak goes on, a dead local bridge is
+        restarted, and an outage starts once the link is lost. Acting, that is when the connection is gone, the
+        bridge restarted or the streak lasts ``outage_after_s``; between episodes, at once (the request has spent
+        its Lazy Pirate attempts)."""
+        self._last_why = why
+        if self._streak_start is None:
+            self._streak_start = now
+        event = self.supervisor.check() if self.supervisor else None
+        if event:
+            self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
+            self.emit(**event)
+        lost = not acting or event is not None or not self.client.connected
+        if not self._in_outage and (lost or now - self._streak_start >= self.outage_after_s):
+            self._in_outage = True
+            self.episode_outage = True
+            self.stats.outages += 1
+            first_failsafe = self._streak_start if acting else None  # between episodes no fail-safe flies
+            self.emit("outage_start", why=why, first_failsafe_mono=first_failsafe, last_reply_mono=self._last_reply)
 
     def _silent_s(self, now: float) -> float:
         return 0.0 if self._silent_since is None else now - self._silent_since
@@ -269,11 +269,8 @@ class ControlLink:
         silent_s = self._silent_s(now)
         if silent_s >= self.max_outage_s:
             last = f" (last: {self._last_why})" if self._last_why else ""
-            says = (
-                self.client.status_from(self.status_probe_s)
-                if self.status_probe_s
-                else "the bridge's status was not asked for"
-            )
+            probe_s = self.status_probe_s
+            says = self.client.status_from(probe_s) if probe_s else "the bridge's status was not asked for"
             raise LinkLost(
                 self.client.endpoint,
                 f"bridge at {self.client.endpoint} unreachable for {silent_s:.1f} s "
@@ -312,22 +309,7 @@ class ControlLink:
                 self._on_reply()
                 return reply
             except BridgeUnreachable:
-                self._last_why = f"{what} unanswered"
-                if self._streak_start is None:
-                    self._streak_start = time.monotonic()
-                if not self._in_outage:
-                    self._in_outage = True
-                    self.stats.outages += 1
-                    self.emit(
-                        "outage_start",
-                        why=f"{what} unanswered",
-                        first_failsafe_mono=None,
-                        last_reply_mono=self._last_reply,
-                    )
-                event = self.supervisor.check() if self.supervisor else None
-                if event:
-                    self.stats.bridge_restarts += event.get("event") == "bridge_restarted"
-                    self.emit(**event)
+                self._unanswered(time.monotonic(), f"{what} unanswered", acting=False)
             except BridgeBusy:
                 self._last_why = "bridge busy: its peer cap is full"
                 time.sleep(min(timeout_s, 0.1))  # served once another peer leaves; until then, as an outage
@@ -350,7 +332,6 @@ class LoopRecord:
     deadline_misses: int = 0  # acts without a reply by their deadline: fail-safe applied instead
     overruns: int = 0  # paced steps that started late (the loop itself was too slow)
     memory: list[tuple[float, int, int]] = field(default_factory=list)  # (t since start, rss, peak)
-    trajectories: dict[int, np.ndarray] = field(default_factory=dict)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
     status_start: dict = field(default_factory=dict)
     status_end: dict = field(default_factory=dict)
@@ -359,50 +340,38 @@ class LoopRecord:
 
 
 @dataclass(frozen=True)
-class Lockstep:
-    """``--timing lockstep``: the simulated world waits for every act, so each action lands on the observation
-    it was computed for; nothing to do around a step."""
+class Timing:
+    """How the simulated world's time relates to one policy's acts. Lockstep (``latency`` None): the world waits for
+    every act, so each action lands on the observation it was computed for. Latency: each act's delay (from
+    ``latency``) is flown as the action's delay in the simulator; ``period_s`` is the control period in simulated
+    seconds (None: the level's ``vehicle.dt``), or with ``device_rate`` each step lasts until the action lands (the
+    next observation is taken then)."""
 
-    def start_episode(self, seed: int) -> None:
-        pass
-
-    def before_step(self, env: gym.Env, result: ActResult | None, deadline_s: float) -> None:
-        pass
-
-    def describe(self) -> dict[str, Any]:
-        return {"mode": "lockstep"}
-
-    def for_policy(self, index: int) -> Lockstep:
-        """Every policy flies lockstep alike."""
-        return self
-
-
-@dataclass(frozen=True)
-class Latency:
-    """``--timing latency``: each act's delay (from ``source``) is flown as the action's delay in the simulator;
-    ``period_s`` is the control period in simulated seconds (None: the level's ``vehicle.dt``), or with
-    ``device_rate`` each step lasts until the action lands (the next observation is taken then)."""
-
-    source: LatencySource
+    latency: LatencySource | None = None
     period_s: float | None = None
     device_rate: bool = False
 
     def start_episode(self, seed: int) -> None:
-        self.source.start_episode(seed)
+        if self.latency is not None:
+            self.latency.start_episode(seed)
 
     def before_step(self, env: gym.Env, result: ActResult | None, deadline_s: float) -> None:
+        if self.latency is None:
+            return
         # a missed act: the fail-safe (hover) takes over when its deadline passes
-        delay = deadline_s if result is None else self.source.delay_s(result.rtt_ns)
+        delay = deadline_s if result is None else self.latency.delay_s(result.rtt_ns)
         # hil.run flies latency on the embedded simulator only (check_args), whose env has set_latency
         nav = cast("NavEnv", env.unwrapped)
         nav.set_latency(delay, max(delay, 1e-6) if self.device_rate else self.period_s)
 
     def describe(self) -> dict[str, Any]:
+        if self.latency is None:
+            return {"mode": "lockstep"}
         period = "device (the next observation when the action lands)" if self.device_rate else self.period_s
-        return {"mode": "latency", **self.source.describe(), "period_s": period}
+        return {"mode": "latency", **self.latency.describe(), "period_s": period}
 
 
-LoopTiming = Lockstep | Latency  # how the simulated world's time relates to the device's acts
+LOCKSTEP = Timing()
 
 
 def run_closed_loop(
@@ -417,12 +386,12 @@ def run_closed_loop(
     env: gym.Env | None = None,
     link: ControlLink | None = None,
     deadline_s: float | None = None,
-    timing: LoopTiming = Lockstep(),
+    timing: Timing = LOCKSTEP,
 ) -> LoopRecord:
     """Fly seeded episodes (a count, or the episode indices to fly); ``env`` defaults to the embedded
     simulator for ``cfg``. ``rate_hz`` paces the loop on the wall clock (None: free-running). ``link`` brings
     fail-safe recovery (policy re-upload, supervisor, events); without one a plain link with the default
-    deadline is used. ``timing``: lockstep (the simulated world waits for every act) or Latency."""
+    deadline is used. ``timing``: lockstep (the simulated world waits for every act) or latency."""
     env = env if env is not None else make_env(cfg, render_mode="rgb_array")
     link = link or ControlLink(client, deadline_s or default_deadline_s(cfg, rate_hz))
     indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
@@ -486,7 +455,7 @@ def run_closed_loop(
         # Per-episode shares of the link's and client's counters (since the previous episode ended) and
         # the episode's latency samples: what a report resumed from the log needs to add up every
         # session, not only the last, and to rebuild a policy's summary (hil.report.summarize_run).
-        counted: dict[str, float] = {**_link_counts(link.stats), **client.reliability_counters()}
+        counted: dict[str, float] = {k: getattr(link.stats, k) for k in LINK_COUNTS} | client.reliability_counters()
         rec.episode_rows.append(
             {
                 "failsafe_steps": misses,
@@ -502,7 +471,6 @@ def run_closed_loop(
         logged = counted
         rec.deadline_misses = link.stats.deadline_misses
         if n < keep_trajectories and hasattr(env, "trajectory"):
-            rec.trajectories[j] = np.array(env.trajectory)
             frame = env.render()
             if isinstance(frame, np.ndarray):  # rgb_array: one picture
                 rec.frames[j] = frame
@@ -516,13 +484,6 @@ def run_closed_loop(
     rec.status_end = link.call("status", lambda t: client.status(timeout_s=t))
     rec.client_counters = client.reliability_counters()
     return rec
-
-
-LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")
-
-
-def _link_counts(stats: LinkStats) -> dict[str, float]:
-    return {name: getattr(stats, name) for name in LINK_COUNTS}
 
 
 def _sample_memory(rec: LoopRecord, status: dict, t_start: float) -> None:

@@ -1,25 +1,15 @@
-"""Summaries of closed-loop runs, the side-by-side table, JSON and plots, and the run log.
-
-The run log (``run.jsonl`` in the output directory) is what makes results survive anything: one
-JSON object per line - a ``run`` header, every ``episode`` as soon as it ends, and ``event``s
-(fail-safes, outages, bridge restarts) - appended with write() + fsync(), so a run killed at
-any instant leaves every finished episode on disk. A line torn by the kill is the last one; the
-reader ignores it and ``--resume`` cuts it off before appending.
-"""
+"""Summaries of closed-loop runs, the comparisons between policies, report.json and its figures."""
 
 from __future__ import annotations
 
-import json
-import os
 import weakref
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from airq_cli import json_text, shown, write_atomic, write_json
+from airq_cli import write_atomic, write_json
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
 from nav_env.backends import get_backend
@@ -35,89 +25,6 @@ def percentiles_us(ns: list[int]) -> dict[str, float]:
     a = np.asarray(ns, dtype=np.float64) / 1e3
     p50, p95, p99 = np.percentile(a, [50, 95, 99])
     return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
-
-
-RUN_LOG = "run.jsonl"
-RUN_LOG_VERSION = 1
-
-
-class RunLog:
-    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable.
-
-    ``deferred``: the file is created only by the first durable record (an episode); lines before it
-    are held in memory and written with it. A run that fails or is killed before recording anything
-    leaves no log, and ``on_create`` (hil.run: keep an earlier log aside) runs only then, so such a
-    run does not displace the run that was there either.
-    """
-
-    def __init__(self, path: Path, *, deferred: bool = False, on_create: Callable[[], None] | None = None) -> None:
-        self.path = path
-        self._fd = -1
-        self._pending: list[bytes] | None = [] if deferred else None
-        self._on_create = on_create
-        if not deferred:
-            self._open()
-
-    def _open(self) -> None:
-        if self._on_create is not None:
-            self._on_create()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    @property
-    def created(self) -> bool:
-        return self._fd >= 0 or self._pending is None
-
-    def append(self, record: dict[str, Any], durable: bool = True) -> None:
-        line = (json_text(record, indent=None) + "\n").encode()
-        if self._pending is not None:
-            self._pending.append(line)
-            if not durable:
-                return
-            self._open()
-            line, self._pending = b"".join(self._pending), None
-        # One write() per line: O_APPEND makes it land whole at the end, never interleaved.
-        os.write(self._fd, line)
-        if durable:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-
-
-def read_run_log(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """(records, bytes of whole valid lines). Stops at the first torn or unreadable line."""
-    data = path.read_bytes()
-    records, good = [], 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break  # torn by a kill mid-write
-        try:
-            record = json.loads(line)
-        except ValueError:
-            break
-        if not isinstance(record, dict):
-            break
-        records.append(record)
-        good += len(line)
-    return records, good
-
-
-def repair_run_log(path: Path) -> list[dict[str, Any]]:
-    """Drop a torn last line (if any) so appends start on a clean line; return the records."""
-    records, good = read_run_log(path)
-    if good != path.stat().st_size:
-        with open(path, "r+b") as f:
-            f.truncate(good)
-            os.fsync(f.fileno())
-    return records
-
-
-def episode_row(ep: EpisodeResult, extra: dict[str, Any]) -> dict[str, Any]:
-    return asdict(ep) | extra
 
 
 @dataclass(frozen=True)
@@ -219,11 +126,11 @@ def summarize_run(
     nothing."""
     prior = prior_rows or []
     extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
-    flown = [episode_row(ep, extra) for ep, extra in zip(rec.episodes, extras)]
+    flown = [asdict(ep) | extra for ep, extra in zip(rec.episodes, extras)]
     rows = sorted(prior + flown, key=lambda r: r["episode"])
     episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__ if k in r}) for r in rows]
-    rtt_ns = [x for r in prior for x in r.get("rtt_ns") or []] + rec.rtt_ns
-    infer_ns = [x for r in prior for x in r.get("infer_ns") or []] + rec.infer_ns
+    earlier = record_from_rows(prior)
+    rtt_ns, infer_ns = earlier.rtt_ns + rec.rtt_ns, earlier.infer_ns + rec.infer_ns
     acts = len(rtt_ns)
     loop_s = _prior(prior, "loop_s") + rec.loop_s
     steps = sum(e.steps for e in episodes)
@@ -234,6 +141,7 @@ def summarize_run(
         end = {"rss_bytes": memory[-1][1], "peak_rss_bytes": memory[-1][2]}
     peaks = [m[2] for m in memory] + [int(end.get("peak_rss_bytes") or 0)]
     seqs = np.asarray(rec.seqs)
+    misses = rec.deadline_misses + _prior(prior, "failsafe_steps")
     return PolicySummary(
         policy=name,
         sha256=load.get("sha256"),
@@ -248,11 +156,11 @@ def summarize_run(
         round_trip_quantiles_us=round_trip_quantiles_us(rtt_ns),
         device_inference_us=percentiles_us(infer_ns),
         overhead_us=percentiles_us(overhead),
-        deadline_misses=rec.deadline_misses + _prior(prior, "failsafe_steps"),
+        deadline_misses=misses,
         overruns=rec.overruns + _prior(prior, "overruns"),
         reliability=Reliability(
             deadline_ms=deadline_s * 1e3 if deadline_s else None,
-            deadline_misses=rec.deadline_misses + _prior(prior, "failsafe_steps"),
+            deadline_misses=misses,
             failsafe_steps=sum(int(r.get("failsafe_steps") or 0) for r in rows),
             outages=rec.link.outages + _prior(prior, "outages"),
             outage_s=round(rec.link.outage_s + _prior(prior, "outage_s"), 3),
@@ -278,13 +186,7 @@ def summarize_run(
     )
 
 
-CLIENT_COUNTS = (
-    "retries",
-    "reconnects",
-    "stale_replies",
-    "connections",
-    "disconnects",
-)  # BridgeClient.reliability_counters
+CLIENT_COUNTS = ("retries", "reconnects", "stale_replies", "connections", "disconnects")  # reliability_counters
 SAMPLES = ("rtt_ns", "infer_ns")  # per-act lists in the log's episode rows, left out of report.json
 
 
@@ -351,7 +253,7 @@ class PolicyResult:
     record: LoopRecord
     device: dict[str, Any] | None = None  # the bridge's hello: device, versions, threads, actuator
     warning: str | None = None  # e.g. an int8 scheme the device's kernels do not compute exactly
-    timing: dict[str, Any] | None = None  # --timing latency: the delay this policy flew (Latency.describe)
+    timing: dict[str, Any] | None = None  # --timing latency: the delay this policy flew (Timing.describe)
 
 
 @dataclass(frozen=True)
@@ -393,77 +295,15 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The document report.json holds; the optional entries only when there is something to say."""
         out = asdict(self) | {"runs": [run.to_json() for run in self.runs]}
-        if not self.warnings:
-            del out["warnings"]
-        if self.timing_by_policy is None:
-            del out["timing_by_policy"]
-        if self.vehicle is None:
-            del out["vehicle"]
-        return out
+        return {k: v for k, v in out.items() if v or k not in ("warnings", "timing_by_policy", "vehicle")}
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b else None
 
 
-def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) -> str:
-    """report.json's runs and comparisons, as its document has them (hil.run's RunResult.report), side by side."""
-    head = (
-        f"{'policy':<28}{'success':>9}{'95% CI':>14}{'coll.':>7}{'t/o':>6}{'act Hz':>9}{'rtt p50':>9}{'p95':>8}{'p99':>8}"
-        f"{'infer p50':>10}{'p99':>8}{'ovh p50':>9}{'RSS MB':>8}{'peak MB':>8}{'model MB':>9}{'misses':>7}{'outages':>8}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in runs:
-        o, m = r["outcomes"], r["device_memory"]
-        lo, hi = o["success_ci95"]
-        lines.append(
-            f"{_short(r['policy']):<28}{o['success_rate']:>9.1%}{f'{lo:.0%}-{hi:.0%}':>14}{o['collision_rate']:>7.1%}{o['timeout_rate']:>6.1%}"
-            f"{r['actuation_hz']:>9,.0f}{r['round_trip_us']['p50']:>9.0f}{r['round_trip_us']['p95']:>8.0f}{r['round_trip_us']['p99']:>8.0f}"
-            f"{r['device_inference_us']['p50']:>10.1f}{r['device_inference_us']['p99']:>8.1f}{r['overhead_us']['p50']:>9.0f}"
-            f"{m['rss_bytes'] / 2**20:>8.1f}{m['peak_rss_bytes'] / 2**20:>8.1f}{(r['model_bytes'] or 0) / 2**20:>9.2f}{r['deadline_misses']:>7}{r['reliability']['outages']:>8}"
-        )
-    lines.append(
-        "latencies in microseconds; act Hz = closed-loop actuation rate; ovh = round trip minus device inference; "
-        "misses = acts past their deadline (hover applied instead)"
-    )
-    for r in runs:
-        rel = r["reliability"]
-        if (
-            rel["deadline_misses"]
-            or rel["outages"]
-            or rel.get("retries")
-            or rel.get("reconnects")
-            or rel.get("vehicle_link_errors")
-        ):
-            lines.append(
-                f"{_short(r['policy'])}: {rel['deadline_misses']} deadline misses (deadline {rel['deadline_ms'] or 0:.0f} ms), "
-                f"{rel['outages']} outage(s) {rel['outage_s']:.2f} s, {rel.get('retries', 0)} retries, "
-                f"{rel.get('reconnects', 0)} reconnects, {rel.get('stale_replies', 0)} stale replies dropped, "
-                f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s), "
-                f"{rel.get('vehicle_link_errors') or 0} act(s) refused with the autopilot link lost; "
-                f"episodes spanning an outage: {rel['episodes_spanning_outage'] or 'none'}"
-            )
-    for c in comparisons:
-        d = c["success_difference"]
-        diff = (
-            f"success {d['diff']:+.1%} ({d['low']:+.1%}..{d['high']:+.1%}, McNemar p={d['mcnemar_p']:.2f})"
-            if d
-            else "success: episodes differ"
-        )
-        lines.append(
-            f"{_short(c['policy'])} vs {_short(c['against'])}: speed-up {_x(c['inference_speedup'])} (device inference p50), "
-            f"actuation rate {_x(c['actuation_rate_ratio'])}, memory saving {_x(c['peak_rss_ratio'])} (peak RSS), "
-            f"model {_x(c['model_size_ratio'])} smaller file; {diff}"
-        )
-    return "\n".join(lines)
-
-
-def _short(name: str) -> str:
+def short_name(name: str) -> str:
     return Path(name).name[-28:]
-
-
-def _x(v: float | None) -> str:
-    return shown(v or None, ".2f", "x")  # a ratio of zero is a missing measurement
 
 
 def write_report(out_dir: Path, report: Report, records: list[LoopRecord]) -> list[Path]:
@@ -561,7 +401,7 @@ def _latency_plot(plt, out_dir: Path, runs: list[PolicySummary], records: list[L
             color=color,
             linestyle=style,
             linewidth=1.6 if style == "-" else 1.3,
-            label=f"{_short(r.policy)} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
+            label=f"{short_name(r.policy)} {what}: p50 {p50:,.0f} µs, p99 {p99:,.0f} µs, {len(v):,} acts",
         )
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -587,25 +427,18 @@ def _memory_plot(plt, out_dir: Path, runs: list[PolicySummary]) -> Path:
         s = np.asarray(r.device_memory.samples, dtype=float)
         if not len(s):
             continue
-        color, name = f"C{k}", _short(r.policy)
+        color, name = f"C{k}", short_name(r.policy)
         t, rss, peak = s[:, 0], s[:, 1] / MIB, s[:, 2] / MIB
         same = bool(np.allclose(rss, peak))
         peak_label = f"{name} peak RSS: {peak.max():.1f} MiB" + (" (equal to RSS at every sample)" if same else "")
+        rss_style = {"color": color, "linestyle": "-", "linewidth": 1.5, "marker": "o", "markersize": 3.5}
+        peak_style = {"color": color, "linestyle": "--", "linewidth": 4, "alpha": 0.35}
         for a, base in ((ax, 0.0), (growth, rss[0])):
-            a.plot(t, peak - base, color=color, linestyle="--", linewidth=4, alpha=0.35, zorder=2)
-            a.plot(t, rss - base, color=color, linestyle="-", linewidth=1.5, marker="o", markersize=3.5, zorder=3)
-        ax.plot(
-            [],
-            [],
-            color=color,
-            linestyle="-",
-            linewidth=1.5,
-            marker="o",
-            markersize=3.5,
-            label=f"{name} RSS: {rss[0]:.1f} MiB at the start, {rss[-1]:.1f} MiB at the end "
-            f"({rss[-1] - rss[0]:+.1f} MiB)",
-        )
-        ax.plot([], [], color=color, linestyle="--", linewidth=4, alpha=0.35, label=peak_label)
+            a.plot(t, peak - base, **peak_style, zorder=2)
+            a.plot(t, rss - base, **rss_style, zorder=3)
+        rss_label = f"{name} RSS: {rss[0]:.1f} MiB at the start, {rss[-1]:.1f} MiB at the end"
+        ax.plot([], [], **rss_style, label=f"{rss_label} ({rss[-1] - rss[0]:+.1f} MiB)")
+        ax.plot([], [], **peak_style, label=peak_label)
         top = max(top, peak.max())
     ax.set_ylim(0, top * 1.12 if top else 1)
     ax.set_ylabel("memory (MiB)")

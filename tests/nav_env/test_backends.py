@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hil.run import RunArgs, UserError, check_args, parse_args
+from airq_cli import UserError
+from hil.args import RunArgs, parse_args
+from hil.setup import check_args
 from nav_env import backends
 from nav_env.backends import (
     AirSimOptions,
