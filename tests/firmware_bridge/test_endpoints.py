@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from airq_cli import UserError
 from firmware_bridge import serve, systemd
 from firmware_bridge.actuators import check_fc
 from firmware_bridge.mavlink_link import ENDPOINT_FORMS, NETWORK_KINDS, parse_endpoint
-from hil.run import RunArgs, UserError, check_args
+from hil.args import RunArgs
+from hil.setup import check_args
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "models" / "policy1_int8.onnx"
