@@ -25,8 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from actorq import cluster
 from actorq.errors import ActorQError
-from actorq.train import TrainArgs, TrainReport, resolved
+from actorq.tasks import spec
+from actorq.train import Run, TrainArgs, TrainReport, machine_facts, resolved
+from actorq.train import parser as train_parser
 from airq_cli import output_dir, run, write_json
 
 # settings that may differ between the runs of one benchmark: the rest must match a kept run's report.json
@@ -109,6 +112,7 @@ def kept_report(args: TrainArgs, run_dir: Path) -> TrainReport | None:
 
 
 def paired_interval(differences: list[float]) -> dict:
+    # deferred: scipy: over a second to import
     from scipy import stats
 
     d = np.asarray(differences, dtype=float)
@@ -120,10 +124,6 @@ def paired_interval(differences: list[float]) -> dict:
 
 
 def bench(base: TrainArgs, seeds: list[int], out: Path) -> BenchResult:
-    from actorq import cluster
-    from actorq.tasks import spec
-    from actorq.train import Run, machine_facts
-
     rows: list[RunRow] = []
     order = 0
     for k, seed in enumerate(seeds):
@@ -214,8 +214,6 @@ def report_lines(result: BenchResult) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from actorq.train import parser as train_parser
-
     p = train_parser("python -m actorq.bench", __doc__.split("\n\n")[0])
     p.add_argument(
         "--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (one run per precision each)"

@@ -23,6 +23,7 @@ from ``nav_env``'s scripted heuristic flying ``default`` (calibration seeds 2,00
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -30,12 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from actorq.tasks import heuristic_observations
 from airq_cli import ArgumentParser, output_file, run, write_json
 from airq_cli.contract import UserError
+from firmware_bridge.device import cpu_model, format_versions, package_versions
+from firmware_bridge.int8_kernels import int8_kernels
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from actorq.holder import VersionTiming
     from actorq.weights import TemplateInfo
 
@@ -115,6 +119,7 @@ class BenchResult:
 
 
 def _network(name: str, policy3_weights: Path, seed: int):
+    # deferred: torch (via actorq.nets): seconds to import
     from actorq.nets import actor_from_onnx, network_actor
 
     if name == "policy3" and policy3_weights.is_file():
@@ -130,8 +135,7 @@ def _next_version(weights: dict, base_std: dict, step: float, rng) -> dict:
 
 
 def _accuracy(fp32_bytes: bytes, int8_bytes: bytes, fresh_bytes: bytes, heldout: np.ndarray) -> Accuracy:
-    import numpy as np
-
+    # deferred: onnxruntime (via quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.runtime import run_logits
     from quantize.runtime import session as build_session
 
@@ -156,8 +160,7 @@ def bench_network(
     seed: int,
     policy3_weights: Path,
 ) -> NetworkBench:
-    import numpy as np
-
+    # deferred: onnxruntime, torch, onnx (via actorq.holder, actorq.nets, actorq.weights, quantize.runtime): ~0.2 s to import, paid only where used
     from actorq.holder import ActorSession, VersionTiming
     from actorq.nets import actor_weights, load_weights
     from actorq.weights import Fp32Template, Int8Template, fresh_int8
@@ -208,12 +211,8 @@ def bench_network(
 
 
 def machine() -> dict[str, str]:
-    import os
-
+    # deferred: torch: seconds to import
     import torch
-
-    from firmware_bridge.device import cpu_model, format_versions, package_versions
-    from firmware_bridge.int8_kernels import int8_kernels
 
     return {
         "cpu": cpu_model(),
@@ -235,7 +234,7 @@ def bench(
     command: str = "",
 ) -> BenchResult:
     """The whole benchmark as a typed result (prints nothing)."""
-    from actorq.tasks import heuristic_observations
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED
 
     calibration = heuristic_observations(16, CALIBRATION_SEED, calibration_obs)
@@ -326,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--versions, --calibration-obs and --heldout-obs must be >= 1")
     if args.step < 0:
         raise UserError("--step must be >= 0")
+    # deferred: torch: seconds to import
     import torch
 
     torch.set_num_threads(1)

@@ -115,6 +115,7 @@ class Broadcaster(RayProcess):
         return model
 
     def _check(self, model: ModelVersion, weights: Weights) -> tuple[float, float]:
+        # deferred: onnxruntime (via quantize.runtime): ~0.2 s to import, paid only where used
         from quantize.runtime import session
 
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ INSTALL_HINT = "pip install 'airq[distributed]' (Ray, pinned in requirements/loc
 def require_ray():
     ray_environment()  # before Ray is imported: a driver joining a `ray start` cluster gets in
     try:
+        # deferred: ray: optional extra, seconds to import
         import ray
     except ImportError:
         raise ActorQError(f"Ray is not installed: {INSTALL_HINT}") from None
@@ -92,6 +93,7 @@ def stop() -> None:
 def remote_classes() -> dict[str, Any]:
     """The plain classes as Ray actor classes (made on first use: importing actorq needs no Ray)."""
     ray = require_ray()
+    # deferred: torch, onnx, onnxruntime (via actorq.broadcaster, actorq.learner, actorq.rollout): seconds to import
     from actorq.broadcaster import Broadcaster
     from actorq.learner import Learner
     from actorq.rollout import RolloutWorker

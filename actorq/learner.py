@@ -51,6 +51,7 @@ class Learner(RayProcess):
     """Owns the SB3 model. Not thread-safe; as a Ray actor its methods run one at a time."""
 
     def __init__(self, settings: LearnerSettings):
+        # deferred: stable_baselines3: seconds to import
         from stable_baselines3 import DQN, TD3
         from stable_baselines3.common.logger import configure
 
@@ -86,6 +87,7 @@ class Learner(RayProcess):
         self.updates = 0
 
     def use_tensorboard(self, folder: str) -> None:
+        # deferred: stable_baselines3: seconds to import
         from stable_baselines3.common.logger import configure
 
         self.model.set_logger(configure(folder, ["tensorboard"]))

@@ -112,6 +112,7 @@ def load_weights(net: nn.Module, weights: Weights) -> None:
 def actor_from_onnx(path: str | Path) -> DiscreteActor:
     """The torch MLP of an fp32 policy file (``policies.export``'s Gemm/Relu chain): to start a learner
     from a shipped policy, or to measure with trained weights. The weights are the file's, bit for bit."""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
     from onnx import helper, numpy_helper
 

@@ -72,6 +72,7 @@ class RolloutWorker(RayProcess):
         t0 = time.perf_counter()
         model = offered[0]
         if not isinstance(model, ModelVersion):
+            # deferred: ray: optional extra, seconds to import
             import ray
 
             model = ray.get(model)

@@ -23,6 +23,10 @@ import gymnasium as gym
 import numpy as np
 
 from actorq.errors import ActorQError
+from nav_env.baselines import HeuristicPolicy
+from nav_env.config import load_level
+from nav_env.env import NavEnv
+from nav_env.rollout import run_episodes, summarize
 from policies.config import EVAL_SEED_BASE  # held-out evaluation episodes 1M + j, as policies evaluates
 
 TASKS = ("nav", "pendulum")
@@ -56,8 +60,6 @@ def spec(name: str) -> TaskSpec:
 def make_env(task: str, level: str = "default") -> gym.Env:
     """One env of the task (actors step one env each, as ActorQ's actors do)."""
     if spec(task).name == "nav":
-        from nav_env.env import NavEnv
-
         return NavEnv(level)
     return gym.make("Pendulum-v1")
 
@@ -76,6 +78,7 @@ def io_sizes(env: gym.Env) -> tuple[int, int]:
 
 def hidden_sizes(task: str, network: str) -> tuple[int, ...]:
     """A network name (policy1..3, actorq) or comma-separated hidden sizes."""
+    # deferred: torch (via actorq.nets): seconds to import
     from actorq.nets import NETWORKS
 
     name = network or spec(task).default_network
@@ -123,8 +126,7 @@ def env_action(env: gym.Env, buffer_action: np.ndarray) -> Any:
 
 def heuristic_observations(episodes: int, seed: int, max_samples: int, level: str = "default") -> np.ndarray:
     """What nav_env's scripted heuristic sees flying the level (quantize.calibration's recording and filter)."""
-    from nav_env.baselines import HeuristicPolicy
-    from nav_env.config import load_level
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import collect_observations
 
     cfg = load_level(level)
@@ -135,6 +137,7 @@ def calibration_observations(task: str, n: int, level: str = "default") -> np.nd
     """Observations the int8 template is calibrated on before the first rollout: nav_env's scripted heuristic
     flying the level (as quantize calibrates), or random actions in Pendulum; seeds from quantize's
     CALIBRATION_SEED."""
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import CALIBRATION_SEED
 
     if spec(task).name == "nav":
@@ -170,9 +173,6 @@ def evaluate(task: str, policy: Callable[[np.ndarray], np.ndarray], episodes: in
     if episodes < 1:
         raise ActorQError(f"evaluation needs at least 1 episode, got {episodes}")
     if spec(task).name == "nav":
-        from nav_env.config import load_level
-        from nav_env.rollout import run_episodes, summarize
-
         results = list(
             run_episodes(lambda obs: policy(obs)[0], load_level(level), episodes, EVAL_SEED_BASE, num_envs=16)
         )

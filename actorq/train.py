@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,9 +36,14 @@ import numpy as np
 
 from actorq import cluster
 from actorq.errors import ActorQError
-from actorq.tasks import TASKS, hidden_sizes, spec
+from actorq.tasks import TASKS, Exploration, calibration_observations, evaluate, hidden_sizes, io_sizes, make_env, spec
 from actorq.versions import PRECISIONS
 from airq_cli import ArgumentParser, Progress, defaults_from, output_dir, run, write_atomic, write_json
+from firmware_bridge.device import cpu_model
+from firmware_bridge.int8_kernels import int8_kernels
+from policies.config import TrainConfig
+from policies.export import export_run
+from policies.presets import PRESETS
 
 
 @dataclass
@@ -178,14 +184,10 @@ class TrainReport:
 def machine_facts() -> dict[str, str]:
     """The host and the versions a run's numbers depend on: CPU, int8 kernels, cores, Python, torch,
     onnxruntime and ray (a run's and a bench's ``machine``)."""
-    import platform
-
+    # deferred: onnxruntime, ray, torch: ~0.2 s to import, paid only where used
     import onnxruntime
     import ray
     import torch
-
-    from firmware_bridge.device import cpu_model
-    from firmware_bridge.int8_kernels import int8_kernels
 
     return {
         "cpu": cpu_model(),
@@ -200,6 +202,7 @@ def machine_facts() -> dict[str, str]:
 
 def epsilon(args: TrainArgs, env_steps: int) -> float:
     """SB3 DQN's own schedule: 1 -> final over the first exploration_fraction of the steps."""
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.utils import LinearSchedule
 
     schedule = LinearSchedule(1.0, args.exploration_final_eps, args.exploration_fraction)
@@ -215,9 +218,9 @@ class Run:
         self.task = spec(args.task)
 
     def _start(self) -> None:
+        # deferred: torch (via actorq.learner, actorq.nets): seconds to import
         from actorq.learner import LearnerSettings
         from actorq.nets import OBS_DIM
-        from actorq.tasks import calibration_observations, io_sizes, make_env
 
         a = self.args
         self.ray = cluster.require_ray()
@@ -266,8 +269,6 @@ class Run:
         )
 
     def train(self) -> TrainReport:
-        from actorq.tasks import Exploration
-
         a = self.args
         self.dir.mkdir(parents=True, exist_ok=True)
         state = self._load_state() if a.resume else RunState(episodes=[0] * a.actors)
@@ -365,6 +366,7 @@ class Run:
 
     def _collect(self, launched: dict, steps: int, exploration, version: int, model_ref, state: RunState) -> list:
         """Every actor's rollout of this round, in actor order; a dead actor is replaced and runs it again."""
+        # deferred: ray: optional extra, seconds to import
         from ray.exceptions import RayActorError
 
         results = []
@@ -428,8 +430,8 @@ class Run:
         return f"v{state.version}, {state.updates:,} updates{shown}"
 
     def _evaluate(self, state: RunState, model_ref, version: int, bar) -> None:
+        # deferred: onnxruntime (via actorq.holder): ~0.2 s to import, paid only where used
         from actorq.holder import ActorSession
-        from actorq.tasks import evaluate
 
         holder = ActorSession()
         holder.load(cluster.get(model_ref))
@@ -539,10 +541,6 @@ class Run:
 
     def _export_policy(self, state: RunState) -> None:
         """policy/ as a policies run directory, and its ONNX file through policies.export."""
-        from policies.config import TrainConfig
-        from policies.export import export_run
-        from policies.presets import PRESETS
-
         preset = next((name for name, p in PRESETS.items() if p.actor == self.hidden), None)
         if preset is None:
             print(f"note: network {self.hidden} is no policies preset: no policy_fp32.onnx", file=sys.stderr)

@@ -64,6 +64,7 @@ class RayProcess:
 
     def node_id(self) -> str:
         """The Ray node this runs on (where the run's report says each part ran)."""
+        # deferred: ray: optional extra, seconds to import
         import ray
 
         return ray.get_runtime_context().get_node_id()

@@ -40,8 +40,11 @@ from actorq.nets import Weights, actor_weights, as_actor
 from actorq.versions import PRECISIONS, VERSION_KEY, BuildTiming, ModelVersion, Precision
 from nav_env.config import N_STATE_FEATURES
 from policies.actor import DiscreteActor
+from policies.export import actor_to_onnx_bytes
 from quantize.model_io import PolicyModel, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, StaticInt8Options
+from quantize.ptq import prepared_copy, quantize_static_int8
+from quantize.split_input import split_first_layer
 
 CALIBRATION_KEY = "airq.actorq.activation_scales"
 QUANT_SUFFIX = "_quantized"  # onnxruntime's name for a quantized initializer (TENSOR_NAME_QUANT_SUFFIX)
@@ -133,6 +136,7 @@ def quantize_weight(w: np.ndarray, recipe: WeightRecipe) -> tuple[np.ndarray, np
     """(zero point, scale, integer codes) of one weight tensor, per tensor, as onnxruntime's quantizer makes
     them (``quantize_data``): its own ``compute_data_quant_params`` for the parameters, its rounding
     (float32 division, round half to even, plus the zero point, clipped to the type) for the codes."""
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     from onnxruntime.quantization.quant_utils import compute_data_quant_params
 
     w = np.ascontiguousarray(w, dtype=np.float32)
@@ -226,8 +230,6 @@ def _contract_metadata(obs_dim: int, n_actions: int, precision: str) -> dict[str
 
 
 def _export(actor: DiscreteActor) -> tuple[onnx.ModelProto, bytes, float]:
-    from policies.export import actor_to_onnx_bytes
-
     t0 = time.perf_counter()
     data = actor_to_onnx_bytes(actor)
     model = onnx.load_from_string(data)
@@ -325,8 +327,6 @@ class Int8Template(_Template):
         version: int = 0,
         verify: bool = True,
     ):
-        from quantize.ptq import prepared_copy, quantize_static_int8
-
         opts = options or default_int8_options()
         if opts.quant_format != "qoperator":
             raise ActorQError("the int8 template needs the QOperator format (QGemm initializers to write into)")
@@ -350,8 +350,6 @@ class Int8Template(_Template):
         prepared = prepared_copy(fp32)
         sources = {k: _Source(k) for k in weights}
         if opts.split_input:
-            from quantize.split_input import split_first_layer
-
             first = next(n for n in fp32.graph.node if "obs" in n.input)
             split_at = actor.obs_dim - N_STATE_FEATURES
             axis = 1 if _attrs(first).get("transB", 0) else 0
@@ -494,8 +492,6 @@ class FreshInt8:
 def fresh_int8(net: nn.Module, calibration_obs: np.ndarray, options: StaticInt8Options | None = None) -> FreshInt8:
     """A fresh static int8 model of the network's current weights with the same recipe and observations
     (the baseline: what a broadcaster without a template would do for every version)."""
-    from quantize.ptq import quantize_static_int8
-
     actor = as_actor(net)
     fp32, data, export_s = _export(actor)
     src = PolicyModel(Path("actorq-fresh.onnx"), data, fp32, actor.obs_dim, actor.head.out_features)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 
 from airq_cli.contract import UserError
@@ -12,8 +13,6 @@ def ray_environment() -> None:
     by token (a driver joining a `ray start` cluster needs RAY_AUTH_MODE=token). Ray runs its workers at niceness
     15 by default; airq's workers do the run's work (trials, learner, actors), so they get the CPU like the driver
     (RayConfig reads RAY_<name> when Ray starts)."""
-    import os
-
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_worker_niceness", "0")
 

@@ -65,6 +65,7 @@ class Progress:
         if quiet or not terminal:
             return
         try:
+            # deferred: tqdm: optional, terminals only
             from tqdm import tqdm
         except ImportError:  # nav_env runs without tqdm: plain lines then
             self.terminal = False

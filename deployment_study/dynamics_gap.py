@@ -37,6 +37,13 @@ import numpy as np
 from airq_cli import ArgumentParser, UserError, output_dir, run, write_atomic, write_json
 from firmware_bridge.device import cpu_model, format_versions, package_versions
 from nav_env.backends import get_backend
+from nav_env.config import load_level
+from nav_env.dynamics.config import load_dynamics
+from nav_env.dynamics.identify import identify
+from nav_env.latency import offline_latency
+from nav_env.rollout import run_episodes
+from nav_env.stats import paired_difference, wilson_interval
+from policies.loading import check_obs_dim, load_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = [str(ROOT / "models" / f"policy{i}_{p}.onnx") for i in (1, 2, 3) for p in ("fp32", "int8")]
@@ -92,10 +99,6 @@ def fly(
     path = _cell_path(out, key)
     if path.is_file():
         return Cell(**json.loads(path.read_text())["cell"])
-    from nav_env.config import load_level
-    from nav_env.latency import offline_latency
-    from nav_env.rollout import run_episodes
-    from policies.loading import check_obs_dim, load_policy
 
     cfg = load_level(level, {"vehicle.tau": tau})
     policy = load_policy(model, "best", cfg)
@@ -130,8 +133,6 @@ def _sha256(path: str) -> str:
 
 def compare(first: Cell, second: Cell) -> dict[str, Any]:
     """Success of each, the paired difference second - first, and mean time to goal where both reach it."""
-    from nav_env.stats import paired_difference, wilson_interval
-
     a, b = np.array(first.success), np.array(second.success)
     both = a & b
     t1, t2 = np.array(first.flight_time_s)[both], np.array(second.flight_time_s)[both]
@@ -169,13 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     for m in [*args.models, *args.sweep_models, *args.trained_in_mujoco]:
         if not Path(m).is_file():
             raise UserError(f"model not found: {m}")
-    from nav_env.dynamics.config import load_dynamics
 
     dyn = load_dynamics(args.dynamics)  # a bad file: one line, before any flying
     if any(d < 0 for d in args.sweep_ms):
         raise UserError(f"--sweep-ms must be >= 0, got {args.sweep_ms}")
-    from nav_env.config import load_level
-    from nav_env.dynamics.identify import identify
 
     out = Path(args.out)
     ident = identify(dyn)

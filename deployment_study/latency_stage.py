@@ -20,13 +20,20 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from airq_cli import known_fields, write_json
+from nav_env.config import load_level
+from nav_env.latency import LatencySource
+from nav_env.rollout import run_episodes
+from nav_env.stats import paired_difference, wilson_interval
+from policies.loading import load_policy
 
 SWEEP_DELAYS_MS = (0.0, 50.0, 100.0, 200.0, 300.0, 500.0)
 SWEEP_PRECISIONS = ("fp32", "int8")
@@ -111,6 +118,7 @@ class LatencyTarget:
 
 def _quantizes_per_call(model: str) -> bool:
     """Does the model quantize its activations with a scale taken from its input (DynamicQuantizeLinear)?"""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
 
     graph = onnx.load(model, load_external_data=False).graph
@@ -119,12 +127,6 @@ def _quantizes_per_call(model: str) -> bool:
 
 def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_envs: int = 64) -> Flight:
     """``model`` over ``episodes`` seeded episodes of ``level`` with every action ``delay_ms`` late."""
-    from nav_env.config import load_level
-    from nav_env.latency import LatencySource
-    from nav_env.rollout import run_episodes
-    from nav_env.stats import wilson_interval
-    from policies.loading import load_policy
-
     cfg = load_level(level)
     policy = load_policy(model)
     act = policy.act
@@ -171,11 +173,6 @@ def run_stage(
     """Fly every target in lockstep and at its predicted delay, and ``sweep_group``'s fp32 and int8 at
     every delay of SWEEP_DELAYS_MS; ``workers`` processes fly side by side (flights are independent: with a
     modelled delay no time is measured). Each flight is cached in ``out/latency/``."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    from nav_env.stats import paired_difference
-
     t0 = time.monotonic()
     cache = out / "latency"
     result = LatencyResult(

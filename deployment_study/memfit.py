@@ -19,11 +19,10 @@ from pathlib import Path
 from airq_cli import ArgumentParser, defaults_from, output_dir, run
 from deployment_study.memfit_run import PI3B_MEMORY_MB, MemfitConfig, run_memory_fit
 from deployment_study.render_memfit import write_report
+from nav_env.config import ConfigError, parse_camera
 
 
 def _camera(text: str) -> tuple[int, int]:
-    from nav_env.config import ConfigError, parse_camera
-
     try:
         return parse_camera(text)
     except ConfigError as e:

@@ -43,9 +43,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from airq_cli import UserError, known_fields, shown, write_json
+from device_emulation.memlimit import (
+    CgroupSampler,
+    MemLimitError,
+    MemoryCgroup,
+    SwapFile,
+    active_swap_bytes,
+    memory_cgroup_support,
+)
+from firmware_bridge.client import BridgeClient, BridgeError
+from firmware_bridge.device import cpu_model
+from firmware_bridge.launcher import BridgeProcess, BridgeStartError
+from hil.loop import ControlLink, default_deadline_s, run_closed_loop
+from nav_env.backends import make_env
+from nav_env.config import ConfigError, camera_overrides, camera_overrides_from_metadata, load_level
+from nav_env.stats import wilson_interval
 
 if TYPE_CHECKING:
-    from device_emulation.memlimit import MemoryCgroup
     from nav_env.config import NavConfig
 
 MB = 1024 * 1024
@@ -315,8 +329,6 @@ def read_onnx_metadata(path: Path) -> dict[str, str]:
 
 def model_config(path: Path, level: str, camera: tuple[int, int] | None, max_steps: int | None):
     """The env config a model flies in: its level, its own camera size (or ``camera``)."""
-    from nav_env.config import ConfigError, camera_overrides, camera_overrides_from_metadata, load_level
-
     meta = read_onnx_metadata(path)
     overrides = camera_overrides(camera) if camera else camera_overrides_from_metadata(meta)
     if max_steps:
@@ -403,13 +415,6 @@ def _fly_one(
     swap_mb: int | None = None,
 ) -> MemfitRun:
     """Start the bridge for ``path`` (in ``cgroup`` if given), fly the episodes, return the row."""
-    from device_emulation.memlimit import CgroupSampler
-    from firmware_bridge.client import BridgeClient, BridgeError
-    from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-    from hil.loop import ControlLink, default_deadline_s, run_closed_loop
-    from nav_env.backends import make_env
-    from nav_env.stats import wilson_interval
-
     row = MemfitRun(
         model=str(path),
         name=path.name,
@@ -588,13 +593,6 @@ def run_memory_fit(
     )
     check_config(c)
     cfgs = {p: model_config(p, c.level, c.camera, c.max_steps) for p in c.models}
-    from device_emulation.memlimit import (
-        MemLimitError,
-        MemoryCgroup,
-        SwapFile,
-        active_swap_bytes,
-        memory_cgroup_support,
-    )
 
     support = memory_cgroup_support()
     started = time.time()
@@ -667,8 +665,6 @@ def run_memory_fit(
 
 
 def _machine() -> HostInfo:
-    from firmware_bridge.device import cpu_model
-
     return HostInfo(
         cpu=cpu_model(),
         cores=os.cpu_count(),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -53,6 +54,8 @@ from deployment_study.memfit_run import (
     read_onnx_metadata,
     run_memory_fit,
 )
+from device_emulation.memlimit import MemLimitError, SwapFile, active_swap_bytes, memory_cgroup_support
+from nav_env.config import ConfigError, parse_camera
 
 if TYPE_CHECKING:
     from device_emulation.profiles import DeviceProfile
@@ -213,8 +216,6 @@ class StageOutput:
 def resolve_plan(args: StudyArgs, profile: DeviceProfile | None) -> MemoryPlan | None:
     """What the memory stage will do for these arguments (raises UserError on bad input):
     None (off), a DevicePlan (--host: report the device's RAM) or a CgroupPlan."""
-    from nav_env.config import ConfigError, parse_camera
-
     on = args.memory_study
     profile_mb = profile.memory_mb if profile is not None else 0
     if on is None:
@@ -273,8 +274,6 @@ def resolve_plan(args: StudyArgs, profile: DeviceProfile | None) -> MemoryPlan |
 
 
 def _total_ram_mb() -> int:
-    import os
-
     return (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // MB
 
 
@@ -453,7 +452,6 @@ def run_stage(inp: StageInput) -> StageOutput:
         return StageOutput(None, measured=False)
     if isinstance(plan, DevicePlan):
         return StageOutput(MemoryResult(status="device", plan=plan), measured=False)
-    from device_emulation.memlimit import MemLimitError, SwapFile, active_swap_bytes, memory_cgroup_support
 
     support = memory_cgroup_support()
     mem = MemoryResult(status="running", plan=plan, cgroup=support.reason if support.available else None)

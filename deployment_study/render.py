@@ -34,6 +34,8 @@ from deployment_study.seed import TABLE4
 from deployment_study.seed import label as policy_label
 from device_emulation.profiles import FIGURES, load_profiles
 from firmware_bridge.device import format_versions
+from firmware_bridge.int8_kernels import Int8Kernels
+from hil.report import save_figure
 from nav_env.backends import get_backend
 
 # ---------------------------------------------------------------------------------- cells
@@ -80,8 +82,6 @@ def md_header(data: StudyResults) -> str:
         "",
     ]
     if d.get("int8_kernels"):
-        from firmware_bridge.int8_kernels import Int8Kernels
-
         lines[-1:-1] = [f"Device {Int8Kernels.from_dict(d['int8_kernels']).describe()}."]
     if data.host_versions:
         lines += [f"Host versions: {format_versions(data.host_versions)}."]
@@ -557,12 +557,11 @@ PRECISION_COLORS = {"fp32": "tab:blue", "fp16": "tab:orange", "int8": "tab:green
 
 def write_plots(out: Path, data: StudyResults) -> list[Path]:
     """latency.png, success.png, memory_over_time.png and (with the latency stage) latency_sweep.png in ``out``."""
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from hil.report import save_figure
 
     paths = [
         save_figure(_latency_figure(plt, data), out / "latency.png"),
@@ -659,6 +658,7 @@ def _latency_figure(plt: Any, data: StudyResults) -> Any:
 def _success_figure(plt: Any, data: StudyResults) -> Any:
     """Success per level on 0-100 %: a dot per model (the rate), its Wilson 95% interval as the bar, the
     precisions side by side within each policy."""
+    # deferred: matplotlib: plots only
     from matplotlib.lines import Line2D
 
     levels = data.args.levels
@@ -720,6 +720,7 @@ def _success_figure(plt: Any, data: StudyResults) -> Any:
 def _memory_figure(plt: Any, data: StudyResults) -> Any:
     """The bridge's memory over each closed-loop run of the first level, one panel per policy, linear from
     zero: RSS solid with markers, peak RSS dashed and wider underneath (they coincide where RSS only grew)."""
+    # deferred: matplotlib: plots only
     from matplotlib.lines import Line2D
 
     level0 = data.args.levels[0]

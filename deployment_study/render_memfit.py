@@ -12,6 +12,7 @@ from pathlib import Path
 
 from airq_cli import shown, write_atomic
 from deployment_study.memfit_run import MB, MemfitResult, MemfitRow, MemfitRun, mb
+from hil.report import save_figure
 
 
 def write_report(result: MemfitResult) -> list[Path]:
@@ -120,13 +121,12 @@ def format_markdown(result: MemfitResult) -> str:
 def plot_memory(rows: Sequence[MemfitRun], path: Path) -> Path | None:
     """deployment_study.memfit's figure, one panel per run: the cgroup's RAM and swap, the bridge's own RSS
     and peak RSS, the RAM limit; linear from zero, the legend above the panels."""
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-
-    from hil.report import save_figure
 
     runs = [r for r in rows if r.cgroup_samples or r.bridge_memory]
     if not runs:

@@ -97,10 +97,13 @@ from device_emulation.roofline import MachineFigures
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
+from firmware_bridge.toy_policy import build_mlp_policy
 from hil.report import percentiles_us
 from hil.resume import read_run_log
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
+from nav_env.backends import make_env
+from nav_env.baselines import HeuristicPolicy
 from nav_env.config import ConfigError, load_level
 from nav_env.stats import wilson_interval
 
@@ -609,9 +612,6 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
 def recorded_observations(levels: list[str], seed: int, n: int) -> np.ndarray:
     """``n`` observations recorded from seeded episodes of each level flown by the scripted heuristic
     (evenly spread over the flights), so the timing pass sees real depth images and states."""
-    from nav_env.backends import make_env
-    from nav_env.baselines import HeuristicPolicy
-
     per_level = []
     for level in levels:
         cfg = load_level(level)
@@ -636,8 +636,6 @@ NULL_MODEL_OPERATORS = 3  # its Gemm, Relu, Gemm
 def null_model(folder: Path, obs_dim: int) -> Model:
     """A one-hidden-unit MLP (Gemm, Relu, Gemm; 4 KB of weights): its inference time is the runtime's fixed
     cost per call as the bridge sees it, which the roofline adds to each model's arithmetic."""
-    from firmware_bridge.toy_policy import build_mlp_policy
-
     path = folder / NULL_MODEL
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, ArgumentParser, error_line, run
@@ -261,8 +262,6 @@ def locked_versions(path: Path = LOCK_FILE) -> dict[str, str]:
 def wheel_requirements() -> list[str]:
     """The bridge's dependencies pinned to the lock's versions (requirements/lock.txt, what `make` installs
     here too), else to this host's installed versions, else unpinned."""
-    from importlib.metadata import PackageNotFoundError, version
-
     locked = locked_versions()
     reqs = []
     for name in BRIDGE_DEPS:

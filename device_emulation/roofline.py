@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from airq_cli import ArgumentParser, UserError, known_fields, output_file, run
+from airq_cli import ArgumentParser, UserError, known_fields, output_file, run, write_json
+from device_emulation.profiles import ProfileError, get_profile
 
 if TYPE_CHECKING:
     from device_emulation.profiles import DeviceProfile
@@ -142,6 +143,7 @@ class MachineFigures:
 
 def model_cost(model_file: str | os.PathLike | bytes) -> ModelCost:
     """Weight bytes, multiply-adds, weight precision and operators of an ONNX MLP (a path or the file's bytes)."""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
     from onnx import numpy_helper
 
@@ -230,6 +232,7 @@ def read_bandwidth_gbs(nbytes: int) -> float:
 
 
 def _matmul_model(precision: str, batch: int, k: int, n: int) -> tuple[bytes, dict]:
+    # deferred: onnx: ~0.2 s to import, paid only where used
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -257,6 +260,7 @@ def _matmul_model(precision: str, batch: int, k: int, n: int) -> tuple[bytes, di
 
 def gemm_throughput_gops(precision: str, batch: int = 256, k: int = 1024, n: int = 1024) -> float:
     """Large-batch onnxruntime matrix product on one thread: 2*batch*k*n ops per run."""
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     data, feed = _matmul_model(precision, batch, k, n)
@@ -271,6 +275,7 @@ def gemm_throughput_gops(precision: str, batch: int = 256, k: int = 1024, n: int
 def _operator_chain(n: int, quantized: bool, width: int = 16) -> tuple[bytes, dict[str, np.ndarray]]:
     """``n`` tiny matrix products in a row (width x width): MatMul, or the com.microsoft QGemm that static
     int8 models run (uint8 in, uint8 out, so they chain)."""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -305,6 +310,7 @@ def _operator_chain(n: int, quantized: bool, width: int = 16) -> tuple[bytes, di
 def operator_cost_us(quantized: bool, short: int = 1, long: int = 33) -> float:
     """The fixed cost of one operator on one thread, in microseconds: the slope of the median time of a
     chain of ``long`` against ``short`` tiny matrix products (their arithmetic is a few nanoseconds)."""
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -374,6 +380,7 @@ def measure_machine(sizes: list[int]) -> MachineFigures:
     """This machine's figures (run pinned to one core): bandwidth per working-set size and from DRAM, the
     core's private and the shared cache, fp32/fp16/int8 matrix-product throughput and the runtime's cost per
     operator."""
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     affinity = sorted(os.sched_getaffinity(0))
@@ -503,8 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--profile", default="pi3b", help="board of device_emulation/profiles.toml")
     args = p.parse_args(argv)
     if args.cmd == "predict":
-        from device_emulation.profiles import ProfileError, get_profile
-
         try:
             board = get_profile(args.profile)
         except ProfileError as e:
@@ -534,7 +539,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if any(s <= 0 for s in args.sizes):
         raise UserError("--sizes must be positive byte counts")
-    from airq_cli import write_json
 
     write_json(args.out, measure_machine(args.sizes))
     return 0

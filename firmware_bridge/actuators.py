@@ -31,6 +31,7 @@ def make_actuator(kind: str, fc: str | None = None) -> Actuator:
     if kind == "mock":
         return MockFlightController()
     try:
+        # deferred: pymavlink (via firmware_bridge.mavlink_actuator): the mavlink extra
         from firmware_bridge.mavlink_actuator import MavlinkActuator
     except ImportError as e:
         raise ValueError(str(e)) from None

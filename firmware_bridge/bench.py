@@ -40,6 +40,7 @@ from firmware_bridge.cli import EXIT_FAILURE, READY_PREFIX, OneLineArgumentParse
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError, BridgeRefused
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, pack, unpack
+from firmware_bridge.toy_policy import build_mlp_policy
 
 PROG = "firmware_bridge.bench"
 OBS_POOL = 64  # distinct observations cycled through, generated before timing
@@ -126,8 +127,6 @@ def load_model(policy: str | None, obs_dim: int, hidden: int) -> tuple[bytes, st
         except OSError as exc:
             fail(f"--policy {policy}: {exc.strerror}", prog=PROG)
     try:
-        from firmware_bridge.toy_policy import build_mlp_policy
-
         return build_mlp_policy(obs_dim, hidden), f"random MLP {obs_dim}-{hidden}-25 (built with onnx)"
     except ImportError:
         fail("no --policy given and the onnx package (host extra) is not installed to build one", prog=PROG)

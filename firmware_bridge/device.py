@@ -6,6 +6,7 @@ degrades to None elsewhere instead of failing.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
 import resource
@@ -64,16 +65,14 @@ def package_versions() -> dict[str, str]:
     imported; packages that are not installed (torch on a Pi, airq where only the bridge was
     copied) are omitted.
     """
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str] = {}
     for name in ("airq", "python", *KEY_PACKAGES):
         if name == "python":
             out[name] = platform.python_version()
             continue
         try:
-            out[name] = version(name)
-        except PackageNotFoundError:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
             pass
     return out
 
@@ -84,11 +83,13 @@ def format_versions(versions: dict[str, str]) -> str:
 
 
 def device_info(bridge_version: str) -> dict[str, Any]:
+    # deferred: this module imports only the standard library (nav_env and policies import it; tests/test_lock.py)
     import msgpack
     import numpy
     import onnxruntime
     import zmq
 
+    # deferred: numpy (via firmware_bridge.int8_kernels): as above
     from firmware_bridge.int8_kernels import int8_kernels
 
     usable_cores: int | None

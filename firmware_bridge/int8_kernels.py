@@ -155,6 +155,7 @@ def _columns_exact(sess: ort.InferenceSession, rows_of: np.ndarray) -> np.ndarra
 
 
 def run_probe() -> Int8Kernels:
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     features = cpu_int8_features()

@@ -107,6 +107,7 @@ def add_statustext(lines: deque[str], msg: Any) -> None:
 def load_mavutil() -> Any:
     """pymavlink's mavutil; ImportError naming the extra when it is missing."""
     try:
+        # deferred: pymavlink: the mavlink extra
         from pymavlink import mavutil
     except ImportError as e:
         raise ImportError(f"a MAVLink link needs pymavlink: pip install 'airq[mavlink]' ({e})") from None

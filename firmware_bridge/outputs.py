@@ -28,6 +28,8 @@ import numpy as np
 
 from firmware_bridge import __version__
 from firmware_bridge.cli import OneLineArgumentParser, UsageError, check_output_file, fail, write_atomic
+from firmware_bridge.device import cpu_model
+from firmware_bridge.int8_kernels import int8_kernels
 from firmware_bridge.protocol import sha256_hex
 
 if TYPE_CHECKING:
@@ -58,9 +60,6 @@ class Check:
 
 
 def machine() -> dict[str, str]:
-    from firmware_bridge.device import cpu_model
-    from firmware_bridge.int8_kernels import int8_kernels
-
     kernels = int8_kernels()
     return {
         "cpu": cpu_model(),
@@ -97,6 +96,7 @@ def load_observations(path: Path) -> np.ndarray:
 
 def record(models: list[Path], observations: np.ndarray, out: Path) -> int:
     """Write the recording (an .npz, atomically); returns how many policies it holds."""
+    # deferred: onnxruntime (via firmware_bridge.policy): ~0.2 s to import, paid only where used
     from firmware_bridge.policy import load_policy_file
 
     arrays: dict[str, np.ndarray] = {"observations": observations}
@@ -116,6 +116,7 @@ def record(models: list[Path], observations: np.ndarray, out: Path) -> int:
 
 def check(recording: Path, model_paths: list[Path]) -> Check:
     """Run the recorded policies (found by sha256 among ``model_paths``) on the recorded observations."""
+    # deferred: onnxruntime (via firmware_bridge.policy): ~0.2 s to import, paid only where used
     from firmware_bridge.policy import load_policy_file
 
     try:

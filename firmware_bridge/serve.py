@@ -12,9 +12,12 @@ import logging
 import sys
 from pathlib import Path
 
+import zmq
+
 from firmware_bridge import __version__
 from firmware_bridge.actuators import ACTUATOR_KINDS, check_fc, make_actuator
 from firmware_bridge.cli import READY_PREFIX, OneLineArgumentParser, fail, positive_int
+from firmware_bridge.keys import KeyFileError, curve_available
 from firmware_bridge.mavlink_link import ENDPOINT_FORMS
 from firmware_bridge.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -100,10 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         fail(str(exc), prog=PROG)
 
-    # Imported after argument checks so `--help` and typos answer instantly (onnxruntime takes ~0.3 s to import).
-    import zmq
-
-    from firmware_bridge.keys import KeyFileError, curve_available
+    # deferred: onnxruntime (via firmware_bridge.policy, firmware_bridge.server), imported after the argument
+    # checks so `--help` and typos answer instantly (onnxruntime takes ~0.3 s to import)
     from firmware_bridge.policy import PolicyLoadError, load_policy_file
     from firmware_bridge.server import BridgeConfig, BridgeServer
 

@@ -39,6 +39,7 @@ def build_mlp_policy(
     onnxruntime 1.31 and older refuse the onnx package's newer default IR version
     (the locked 1.32.0 takes it; a Pi may run an older onnxruntime).
     """
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 

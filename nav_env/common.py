@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
 from nav_env.config import N_STATE_FEATURES, NavConfig, load_level
+from nav_env.render import render_frame
 
 if TYPE_CHECKING:
     from nav_env.arena import Episode
@@ -171,7 +172,6 @@ class TaskEnv(gym.Env):
             return None
         if self.episode is None:
             raise RuntimeError("render() called before reset()")
-        from nav_env.render import render_frame
 
         return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
 

@@ -10,6 +10,7 @@ Every key is validated: an unknown section or key, a wrong type, or a non-positi
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tomllib
@@ -157,8 +158,6 @@ def camera_overrides(spec: str | tuple[int, int] | list[int], fov_deg: float = 9
 def camera_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
     """The camera keys of a policy's ``airq.env_config`` metadata as level overrides ({} if absent),
     so tools that rebuild a policy's env from its level name also get its camera size."""
-    import json
-
     try:
         cam = json.loads(metadata.get("airq.env_config") or "{}").get("camera") or {}
     except (ValueError, AttributeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import struct
@@ -152,8 +153,7 @@ def save_png(path: str | os.PathLike, rgb: np.ndarray) -> Path:
 
 def figure_png(fig: Figure) -> bytes:
     """A matplotlib figure as PNG bytes (110 dpi), the figure closed; write it with write_atomic."""
-    import io
-
+    # deferred: matplotlib: plots only
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
@@ -165,8 +165,7 @@ def figure_png(fig: Figure) -> bytes:
 def save_gif(path: str | os.PathLike, frames: Iterable[np.ndarray], fps: int = 10, hold_last_s: float = 0.0) -> Path:
     """Animated GIF through Pillow (a host-side dependency); ``frames`` may be a generator (each frame is
     reduced to a palette as it comes). ``hold_last_s``: show the last frame that long."""
-    import io
-
+    # deferred: PIL: GIFs only
     from PIL import Image
 
     images = [Image.fromarray(f).quantize(256, method=Image.Quantize.FASTOCTREE) for f in frames]
@@ -217,6 +216,7 @@ class EpisodeFigure:
     WIDTH, HEIGHT = 11.0, 6.4  # inches
 
     def __init__(self, cfg: NavConfig | None, dpi: float = FIGURE_DPI) -> None:
+        # deferred: matplotlib: plots only
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.cm import ScalarMappable
         from matplotlib.colors import Normalize
@@ -244,6 +244,7 @@ class EpisodeFigure:
         ax.set_yticks([])
         ax.text(1.0, -0.015, "north up", transform=ax.transAxes, ha="right", va="top", fontsize=8, color="0.3")
         if cfg is not None:
+            # deferred: mpl_toolkits: plots only
             from mpl_toolkits.axes_grid1.anchored_artists import AnchoredSizeBar
 
             metres = _nice_length(max(cfg.arena.size_x, cfg.arena.size_y) / 4)
@@ -380,8 +381,6 @@ class EpisodeFigure:
         return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
 
     def png(self) -> bytes:
-        import io
-
         buf = io.BytesIO()
         self.fig.savefig(buf, format="png")
         return buf.getvalue()

@@ -95,6 +95,7 @@ def environment(package: str) -> Environment:
     """The Jinja2 environment of one tool's pages: its own ``templates`` folder first, then the shared one.
     Autoescaped (every text from a report, a path or an error message, is shown as text), and an undefined
     name is an error rather than an empty cell."""
+    # deferred: jinja2: HTML reports only
     from jinja2 import ChoiceLoader, Environment, PackageLoader, StrictUndefined
 
     env = Environment(

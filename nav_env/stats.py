@@ -23,7 +23,8 @@ def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> t
     """Wilson score interval for a binomial proportion (as fractions); (0, 1) when n is 0."""
     if n <= 0:
         return (0.0, 1.0)
-    from scipy.stats import binomtest  # imported when first needed: scipy.stats takes ~1.5 s to import
+    # deferred: scipy, imported when first needed: scipy.stats takes ~1.5 s to import
+    from scipy.stats import binomtest
 
     ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
     return (max(0.0, float(ci.low)), min(1.0, float(ci.high)))
@@ -34,6 +35,7 @@ def mcnemar_exact(only_first: int, only_second: int) -> float:
     discordant = only_first + only_second
     if discordant == 0:
         return 1.0
+    # deferred: scipy: over a second to import
     from scipy.stats import binomtest
 
     return float(binomtest(only_first, discordant, 0.5).pvalue)

@@ -14,6 +14,7 @@ from nav_env.arena import sample_episode
 from nav_env.backends import simulator
 from nav_env.common import ZoneCurriculum, action_space, check_latency, commands, observation_space, resolve_config
 from nav_env.config import NavConfig
+from nav_env.render import render_frame
 from nav_env.sim import BatchSim
 
 INFO_KEYS = (
@@ -174,6 +175,5 @@ class NavVectorEnv(VectorEnv):
     def render(self) -> list[np.ndarray] | None:  # type: ignore[override]  # one RGB frame per env
         if self.render_mode != "rgb_array":
             return None
-        from nav_env.render import render_frame
 
         return [render_frame(self.cfg, self.sim, i, None) for i in range(self.num_envs)]

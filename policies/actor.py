@@ -12,7 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from policies.config import RUN_CHECKPOINTS  # noqa: F401 - re-exported: callers import it from here
+from policies.config import (
+    RUN_CHECKPOINTS,  # noqa: F401 - re-exported: callers import it from here
+    from_run_dir,
+)
 from policies.errors import UserError
 
 
@@ -58,6 +61,7 @@ def torch_policy_fn(actor: nn.Module):
 
 
 def algo_class(name: str):
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3 import A2C, DQN, PPO
 
     return {"ppo": PPO, "a2c": A2C, "dqn": DQN}[name]
@@ -76,8 +80,6 @@ def checkpoint_path(run_dir: Path, which: str = "best") -> Path:
 
 def load_run(run_dir: str | Path, which: str = "best"):
     """(TrainConfig, SB3 model, checkpoint path) of a run directory; UserError if missing or corrupt."""
-    from policies.config import from_run_dir
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")

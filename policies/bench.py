@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airq_cli import ArgumentParser, output_file, run, write_json
+from policies.builders import build_model, make_vec_env
 from policies.config import TrainConfig, load_toml, replace
 from policies.errors import UserError
 from policies.machine import machine_info
@@ -32,6 +33,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "train"
 def rollout_clock(marks: list[tuple[float, int]]) -> BaseCallback:
     """A callback appending (time, steps) to ``marks`` at the start of every rollout: the interval between
     two covers one rollout plus the update that follows it. Built here so SB3 loads only once a bench runs."""
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.callbacks import BaseCallback
 
     class RolloutClock(BaseCallback):
@@ -52,8 +54,6 @@ def preset_config(preset: str, algo: str) -> TrainConfig:
 
 
 def bench_preset(cfg: TrainConfig, rollouts: int) -> dict:
-    from policies.builders import build_model, make_vec_env
-
     venv = make_vec_env(cfg)
     model = build_model(cfg, venv, tb_dir=None)
     per_rollout = cfg.num_envs * (cfg.n_steps if cfg.algo != "dqn" else 1)
@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     check_algorithm(args.algo)
     if args.rollouts < 1 or args.torch_threads < 1:
         raise UserError("--rollouts and --torch-threads must be >= 1")
-    import torch  # after the argument checks: a wrong flag answers at once
+    # deferred: torch (seconds to import), after the argument checks: a wrong flag answers at once
+    import torch
 
     torch.set_num_threads(args.torch_threads)
     results = []

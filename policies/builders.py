@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # torch and SB3 load in the functions that use them: importin
 
 
 def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
+    # deferred: stable_baselines3 (via policies.vec_adapter): seconds to import
     from policies.vec_adapter import NavSB3VecEnv
 
     latency = cfg.latency_source()
@@ -46,8 +47,10 @@ def lr_schedule(cfg: TrainConfig):
 
 
 def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
+    # deferred: torch: seconds to import
     from torch import nn
 
+    # deferred: torch (via policies.actor): seconds to import
     from policies.actor import algo_class
 
     preset = get_preset(cfg.policy)
@@ -94,12 +97,14 @@ def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
 
 def warm_start(model, source: str) -> None:
     """Copy the actor (policy_net + action_net) from another checkpoint / run dir of the same preset."""
+    # deferred: torch (via policies.actor): seconds to import
     from policies.actor import load_run
 
     src = Path(source)
     if src.is_dir():
         _, teacher, _ = load_run(src)
     else:
+        # deferred: stable_baselines3: seconds to import
         from stable_baselines3 import PPO
 
         if not src.is_file():

@@ -27,6 +27,7 @@ def _read_json(path: Path) -> dict:
 
 
 def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str], notes: list[str]) -> dict:
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
 
     metrics = _read_json(run / "metrics.json")

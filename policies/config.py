@@ -13,6 +13,8 @@ from typing import Any
 
 from airq_cli import ArgumentParser, output_dir
 from nav_env.backends import backend_names
+from nav_env.config import load_level
+from nav_env.latency import offline_latency
 from policies.errors import UserError
 from policies.presets import check_algorithm, get_preset
 
@@ -76,8 +78,6 @@ class TrainConfig:
 
     def env_config(self, curriculum: bool):
         """The nav_env level config; evaluation always uses curriculum=False (goals over all zones)."""
-        from nav_env.config import load_level
-
         return load_level(self.level, {"curriculum.enabled": curriculum})
 
     def validate(self) -> TrainConfig:
@@ -111,7 +111,6 @@ class TrainConfig:
         """The training delays (nav_env.latency.LatencySource), or None for lockstep training."""
         if not self.latency:
             return None
-        from nav_env.latency import offline_latency
 
         return offline_latency(self.latency, "latency")
 

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode
 from airq_cli import ArgumentParser, output_dir, run, write_atomic, write_json
 from nav_env.config import load_level
 from nav_env.vector import NavVectorEnv
+from policies.builders import build_model, make_vec_env
 from policies.config import TRAIN_SEED_BASE, TrainConfig, load_toml, replace
 from policies.errors import UserError
 from policies.machine import machine_info
@@ -46,6 +47,7 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train" / "policy3_de
 def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: int, num_envs: int = 64):
     """Fly a mixture (teacher acts with probability ``teacher_share`` per env-step, else the student)
     and return the visited observations with the teacher's labels."""
+    # deferred: torch: seconds to import
     import torch
 
     env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -76,6 +78,7 @@ def fit(
     optimizer: torch.optim.Optimizer,
     rng: np.random.Generator,
 ) -> dict:
+    # deferred: torch: seconds to import
     import torch
     from torch import nn
 
@@ -118,15 +121,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if (out / "state.json").exists():
         raise UserError(f"{out} already holds a run; choose another --out")
-    import torch  # after the argument checks: a wrong flag answers at once
+    # deferred: torch (seconds to import), after the argument checks: a wrong flag answers at once
+    import torch
     from torch import nn
 
+    # deferred: torch (via policies.actor): seconds to import
     from policies.actor import actor_from_model, load_run
 
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
 
-    from policies.builders import build_model, make_vec_env
+    # deferred: torch, stable_baselines3 (via policies.training_loop): seconds to import
     from policies.training_loop import evaluate_model, save_atomic
 
     t_cfg, teacher_model, teacher_ckpt = load_run(args.teacher)

@@ -134,6 +134,7 @@ def to_csv(rows: list[dict], columns) -> bytes:
 
 
 def plot(report: dict) -> bytes:
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     latency = offline_latency(args.latency) if args.latency else None
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
-    import torch  # after the argument checks: a wrong flag answers at once
+    # deferred: torch (seconds to import), after the argument checks: a wrong flag answers at once
+    import torch
 
     torch.set_num_threads(1)
     cfg = load_level(args.level)

@@ -25,6 +25,7 @@ from nav_env.config import load_level
 from nav_env.rollout import run_episodes, summarize
 from policies.config import EVAL_SEED_BASE, RUN_CHECKPOINTS
 from policies.errors import UserError
+from policies.loading import load_onnx
 
 if TYPE_CHECKING:  # torch loads in functions: a wrong flag is reported before seconds of imports
     from policies.actor import DiscreteActor
@@ -44,6 +45,7 @@ def observation_layout(cfg) -> str:
 
 def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
     """Legacy (TorchScript) exporter: a plain Gemm/Relu/ArgMax graph that onnxruntime's quantizer handles."""
+    # deferred: onnx, torch: ~0.2 s to import, paid only where used
     import onnx
     import torch
 
@@ -70,6 +72,7 @@ def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:
 
 
 def with_metadata(onnx_bytes: bytes, meta: dict[str, str]) -> bytes:
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
 
     model = onnx.load_from_string(onnx_bytes)
@@ -83,8 +86,8 @@ def with_metadata(onnx_bytes: bytes, meta: dict[str, str]) -> bytes:
 
 def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", eval_episodes: int = 200) -> dict:
     """Write the run's actor as ONNX with metadata; returns the metadata written."""
+    # deferred: torch (via policies.actor): seconds to import
     from policies.actor import actor_from_model, load_run
-    from policies.loading import load_onnx
 
     cfg, model, ckpt = load_run(run_dir, checkpoint)
     env_cfg = load_level(cfg.level)
@@ -181,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.eval_episodes < 0:
         raise UserError("--eval-episodes must be >= 0")
+    # deferred: torch: seconds to import
     import torch
 
     torch.set_num_threads(1)

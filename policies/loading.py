@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nav_env.baselines import BASELINES
 from policies.errors import UserError
 
 
@@ -40,8 +41,6 @@ def load_policy(spec: str, checkpoint: str = "best", cfg=None) -> LoadedPolicy:
 
 
 def _load_baseline(name: str, cfg) -> LoadedPolicy:
-    from nav_env.baselines import BASELINES
-
     if name not in BASELINES:
         raise UserError(
             f"unknown baseline {name!r} (known: {', '.join(BASELINE_PREFIX + b for b in sorted(BASELINES))})"
@@ -52,6 +51,7 @@ def _load_baseline(name: str, cfg) -> LoadedPolicy:
 
 
 def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:
+    # deferred: torch (via policies.actor): seconds to import
     from policies.actor import actor_from_model, load_run, torch_policy_fn
 
     cfg, model, ckpt = load_run(path, checkpoint)
@@ -67,6 +67,7 @@ def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:
 
 
 def load_onnx(path: str | Path, threads: int = 1) -> LoadedPolicy:
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     path = Path(path)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import platform
 
+import numpy
+
 from firmware_bridge.device import cpu_model  # the one description of a CPU, the device's and the host's
 
 
 def machine_info() -> dict:
-    import numpy
+    # deferred: torch: seconds to import
     import torch
 
     return {

@@ -44,12 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, out=str(run_dir))
     cfg.env_config(False)  # fail early on a bad level
     check_output_dir(run_dir, "--out")  # also the default runs/NAME, which argparse never sees
+    # deferred: torch: seconds to import
     import torch
 
     torch.set_num_threads(cfg.torch_threads)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(run_dir / "config.toml", cfg.to_toml().encode())
 
+    # deferred: torch, stable_baselines3 (via policies.training_loop): seconds to import
     from policies.training_loop import train
 
     summary = train(cfg, run_dir, resume=args.resume)

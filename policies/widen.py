@@ -37,8 +37,20 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+from gymnasium.vector import AutoresetMode  # noqa: E402
 
-from airq_cli import ArgumentParser, output_file, run  # noqa: E402
+from airq_cli import ArgumentParser, output_file, run, write_atomic, write_json  # noqa: E402
+from nav_env.config import (  # noqa: E402
+    N_STATE_FEATURES,
+    ConfigError,
+    camera_overrides,
+    camera_overrides_from_metadata,
+    load_level,
+    parse_camera,
+)
+from nav_env.rollout import episode_outcome, run_episodes, summarize  # noqa: E402
+from nav_env.stats import wilson_interval  # noqa: E402
+from nav_env.vector import NavVectorEnv  # noqa: E402
 from policies.errors import UserError  # noqa: E402
 
 WIDEN_PREFIX = "airq.widen."
@@ -82,6 +94,7 @@ def widen_depth_weights(
 
 
 def _first_gemm(model):
+    # deferred: onnx: ~0.2 s to import, paid only where used
     from onnx import helper
 
     users = [n for n in model.graph.node if "obs" in n.input]
@@ -95,8 +108,6 @@ def _first_gemm(model):
 
 
 def _source_camera(meta: dict[str, str], obs_dim: int) -> tuple[int, int]:
-    from nav_env.config import N_STATE_FEATURES
-
     try:
         cam = json.loads(meta.get("airq.env_config") or "{}").get("camera") or {}
     except ValueError:
@@ -109,11 +120,9 @@ def _source_camera(meta: dict[str, str], obs_dim: int) -> tuple[int, int]:
 
 def widen_model(source: str | Path, camera: str | tuple[int, int], output: str | Path) -> dict[str, str]:
     """Write the widened model atomically to ``output``; returns its airq.widen.* metadata."""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
     from onnx import numpy_helper
-
-    from airq_cli import write_atomic
-    from nav_env.config import N_STATE_FEATURES, ConfigError, camera_overrides, load_level, parse_camera
 
     source = Path(source)
     try:
@@ -220,6 +229,7 @@ def widen_model(source: str | Path, camera: str | tuple[int, int], output: str |
 
 
 def _session(path: Path, threads: int = 1):
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -246,12 +256,6 @@ def check_large_policy(
     source acts on the same states' source-size observations (two envs in lockstep: the camera does
     not change the dynamics). Returns agreement, success of both (the source flying its own episodes
     at its camera over the same seeds), and timing."""
-    from gymnasium.vector import AutoresetMode
-
-    from nav_env.config import camera_overrides_from_metadata, load_level
-    from nav_env.rollout import episode_outcome, run_episodes, summarize
-    from nav_env.vector import NavVectorEnv
-
     if episodes < 1:
         raise UserError(f"--check-episodes must be >= 1, got {episodes}")
     model, source = Path(model), Path(source)
@@ -302,7 +306,6 @@ def check_large_policy(
     src_results = list(run_episodes(lambda o: act(src_sess, o), src_cfg, episodes, seed, num_envs=num_envs))
     src_summary = summarize(src_results)
     k = outcomes.count("success")
-    from nav_env.stats import wilson_interval
 
     return {
         "model": str(model),
@@ -372,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
             f"success {r['success_rate']:.1%} ({lo:.1%}-{hi:.1%}), source {r['source_success_rate']:.1%}"
         )
         if args.report:
-            from airq_cli import write_json
-
             write_json(args.report, r)
     return 0
 

@@ -27,13 +27,13 @@ from typing import Literal
 
 import numpy as np
 
+from quantize.errors import QuantizeError
+
 MIN_BITS, MAX_BITS = 2, 16
 Rounding = Literal["floor", "nearest"]
 
 
 def check_bits(bits: int) -> int:
-    from quantize.errors import QuantizeError
-
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or not MIN_BITS <= int(bits) <= MAX_BITS:
         raise QuantizeError(f"bits must be an integer from {MIN_BITS} to {MAX_BITS}, got {bits!r}")
     return int(bits)

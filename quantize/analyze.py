@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from airq_cli import write_atomic, write_json
+from airq_cli import check_output_dir, write_atomic, write_json
 from nav_env.render import figure_png
 from quantize.affine import affine_params, fake_quantize, sqnr_db
 from quantize.errors import QuantizeError
@@ -23,8 +23,10 @@ def layer_weights(source: str | Path) -> tuple[str, list[tuple[str, np.ndarray]]
     """(name, [(layer name, weight matrix)]) in forward order."""
     path = Path(source)
     if path.is_dir():
+        # deferred: torch: seconds to import
         from torch import nn
 
+        # deferred: torch (via policies.actor): seconds to import
         from policies.actor import actor_from_model, load_run
 
         _, model, _ = load_run(path, "best")
@@ -32,6 +34,7 @@ def layer_weights(source: str | Path) -> tuple[str, list[tuple[str, np.ndarray]]
         linears = [m for m in actor.body.modules() if isinstance(m, nn.Linear)] + [actor.head]
         names = [f"hidden{i}" for i in range(len(linears) - 1)] + ["head"]
         return path.name, [(n, m.weight.detach().numpy().astype(np.float32)) for n, m in zip(names, linears)]
+    # deferred: onnx (via quantize.model_io): ~0.2 s to import, paid only where used
     from quantize.model_io import load_policy
 
     pm = load_policy(path)
@@ -48,6 +51,7 @@ def onnx_layer_weights(model, op_types: tuple[str, ...] = ("Gemm", "MatMul")) ->
     """[(layer name, weight tensor)] of the graph's ``op_types`` nodes whose weight (input 1) is an
     initializer, in graph order. Any ONNX model (no policy contract checked): ``op_types`` may add
     "Conv" for a CNN policy (its weights are [out, in, kh, kw])."""
+    # deferred: onnx (via quantize.model_io): ~0.2 s to import, paid only where used
     from quantize.model_io import weight_initializers
 
     inits = weight_initializers(model)
@@ -76,6 +80,7 @@ def sqnr_table(layers: list[tuple[str, np.ndarray]], bits: list[int]) -> list[di
 
 
 def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict], title: str) -> tuple[bytes, bytes]:
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,8 +137,6 @@ def plot(layers: list[tuple[str, np.ndarray]], bits: list[int], rows: list[dict]
 
 
 def run_analyze(source: str, bits: list[int], out: str | None) -> Path:
-    from airq_cli import check_output_dir
-
     name, layers = layer_weights(source)
     bits = sorted(set(bits), reverse=True)
     rows = sqnr_table(layers, bits)

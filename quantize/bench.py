@@ -14,7 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from firmware_bridge.device import cpu_model
+from firmware_bridge.int8_kernels import int8_kernels
 from quantize.errors import QuantizeError
+from quantize.inspect_model import int8_scheme_from_weights
 from quantize.model_io import load_policy
 from quantize.runtime import session
 
@@ -71,9 +74,6 @@ def bench(
                 s.run(["action"], {"obs": x})
                 times[k].append((time.perf_counter_ns() - t0) / 1e3)
         done += n
-    from firmware_bridge.device import cpu_model
-    from firmware_bridge.int8_kernels import int8_kernels
-    from quantize.inspect_model import int8_scheme_from_weights
 
     host = f"{cpu_model()}: {int8_kernels().describe()}"
     rows = []
@@ -97,8 +97,6 @@ def bench(
 
 
 def format_table(rows: list[BenchRow], cold: bool) -> str:
-    from firmware_bridge.int8_kernels import int8_kernels
-
     base = next((r for r in rows if r.precision == "fp32"), rows[0])
     head = f"batch 1, 1 thread, onnxruntime, {rows[0].calls} calls each, interleaved{', cold cache' if cold else ''}; ratios vs {base.path.name}"
     lines = [head, rows[0].host]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from airq_cli import MISSING, shown
+from airq_cli import MISSING, shown, write_atomic
 from firmware_bridge.device import format_versions, package_versions
 from nav_env.backends import DEFAULT_BACKEND, Backend, get_backend
 from quantize.errors import QuantizeError
@@ -129,8 +129,6 @@ def build_card(model: str | Path, evals: list[str], bench: str | None, command: 
 
 
 def write_card(model: str, evals: list[str], bench: str | None, command: str | None, out: str) -> Path:
-    from airq_cli import write_atomic
-
     return write_atomic(out, build_card(model, evals, bench, command).encode())
 
 

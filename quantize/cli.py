@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
+import json
 import os
 
 # The CPU is shared (2 cores, training runs alongside): keep numpy/torch BLAS to one thread.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from airq_cli import ArgumentParser, output_dir, output_file  # noqa: E402
+import numpy as np  # noqa: E402
+
+from airq_cli import ArgumentParser, output_dir, output_file, write_atomic  # noqa: E402
+from nav_env.config import load_level  # noqa: E402
+from quantize.affine import check_bits  # noqa: E402
+from quantize.analyze import run_analyze  # noqa: E402
 from quantize.errors import QuantizeError  # noqa: E402
 from quantize.options import INT8_SCHEMES, StaticInt8Options  # noqa: E402
 
 
 def _bits(text: str) -> int:
-    from quantize.affine import check_bits
-
     try:
         value = int(text)
     except ValueError:
@@ -25,6 +31,7 @@ def _bits(text: str) -> int:
 
 
 def _method(text: str) -> str:
+    # deferred: torch (via quantize.sweep): seconds to import
     from quantize.sweep import check_method
 
     return check_method(text)
@@ -178,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "ptq":
+        # deferred: onnx (via quantize.ptq): ~0.2 s to import, paid only where used
         from quantize.ptq import quantize_file
 
         opts = StaticInt8Options(
@@ -191,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         distill = None
         if args.distill_steps > 0:
+            # deferred: torch, onnx (via quantize.distill): seconds to import
             from quantize.distill import DistillOptions
 
             distill = DistillOptions(
@@ -217,49 +226,40 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(report.line())
     elif args.command == "inspect":
-        import json
-
+        # deferred: onnx (via quantize.inspect_model): ~0.2 s to import, paid only where used
         from quantize.inspect_model import describe, format_text
 
         info = describe(args.model)
         print(json.dumps(info, indent=1) if args.json else format_text(info))
     elif args.command == "bench":
-        import dataclasses
-        import json
-
+        # deferred: onnx, onnxruntime (via quantize.bench): ~0.2 s to import, paid only where used
         from quantize.bench import bench, format_table
 
         rows = bench(args.models, calls=args.calls, cold=args.cold)
         print(format_table(rows, args.cold))
         if args.json:
-            from airq_cli import write_atomic
-
             write_atomic(
                 args.json, json.dumps([dataclasses.asdict(r) | {"path": str(r.path)} for r in rows], indent=1).encode()
             )
     elif args.command == "card":
+        # deferred: onnx (via quantize.card): ~0.2 s to import, paid only where used
         from quantize.card import write_card
 
         print(write_card(args.model, args.eval, args.bench, args.made_with, args.output))
     elif args.command == "analyze":
-        from quantize.analyze import run_analyze
-
         run_analyze(args.model, args.bits, args.out)
     elif args.command == "qat":
+        # deferred: torch (via quantize.qat): seconds to import
         from quantize.qat import run_qat_cli
 
         run_qat_cli(args)
     elif args.command == "sweep":
+        # deferred: torch (via quantize.sweep): seconds to import
         from quantize.sweep import run_sweep
 
         run_sweep(args)
     elif args.command == "observations":
-        import io
-
-        import numpy as np
-
-        from airq_cli import write_atomic
-        from nav_env.config import load_level
+        # deferred: onnxruntime (via quantize.calibration, quantize.runtime): ~0.2 s to import, paid only where used
         from quantize.calibration import HELDOUT_SEED, collect_observations
         from quantize.runtime import policy_fn, session
 

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from firmware_bridge.int8_kernels import int8_kernels
 from quantize.model_io import QUANT_PREFIX, load_policy
 
 # integer matmul ops: (input index of the weights, input index of the activations)
@@ -114,8 +115,6 @@ def describe(path: str | Path) -> dict:
 
 def int8_on_this_host(model: onnx.ModelProto) -> dict | None:
     """The file's integer scheme, this host's int8 kernels (the probe) and whether they compute it exactly."""
-    from firmware_bridge.int8_kernels import int8_kernels
-
     found = int8_scheme_from_weights(model)
     if found is None:
         return None

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from airq_cli import write_atomic
 from quantize.errors import QuantizeError
 
 # onnxruntime 1.31 and older refuse IR versions above 10 (the locked 1.32.0 takes them); the onnx package
@@ -113,8 +115,6 @@ def serialize(model: onnx.ModelProto) -> bytes:
 def save_atomic(model: onnx.ModelProto, path: str | Path, size_key: str | None = QUANT_PREFIX + "size_bytes") -> Path:
     """Write the model atomically; with ``size_key`` the file records its own final size in metadata
     (re-serialized until the number no longer changes the length: two passes in practice)."""
-    from airq_cli import write_atomic
-
     data = serialize(model)
     if size_key:
         for _ in range(4):
@@ -130,8 +130,6 @@ def save_atomic(model: onnx.ModelProto, path: str | Path, size_key: str | None =
 
 
 def weight_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
 
 

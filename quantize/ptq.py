@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,9 +30,11 @@ import onnx
 from onnx import numpy_helper
 
 from nav_env.backends import DEFAULT_BACKEND, get_backend
+from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
 from quantize.errors import QuantizeError
-from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, set_metadata
+from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, load_policy, save_atomic, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, Int8Scheme, StaticInt8Options  # noqa: F401 - re-exported
+from quantize.split_input import float_split_sum, split_first_layer
 
 if TYPE_CHECKING:  # torch is imported only when distillation runs
     from quantize.distill import DistillOptions
@@ -81,8 +84,6 @@ def logits_layer(model: onnx.ModelProto) -> str | None:
 
 def _run_quantizer(prepared: onnx.ModelProto, quantize) -> onnx.ModelProto:
     """onnxruntime's quantizers work on files: run one in a private temp dir, return the model."""
-    import logging
-
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer logs "consider pre-processing" on the root logger
@@ -97,17 +98,16 @@ def _run_quantizer(prepared: onnx.ModelProto, quantize) -> onnx.ModelProto:
 
 
 def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: StaticInt8Options) -> onnx.ModelProto:
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import ObservationReader
 
     if len(calibration_obs) == 0:
         raise QuantizeError("calibration produced no observations")
     prepared = prepared_copy(src.model)
     if opts.split_input:
-        from nav_env.config import N_STATE_FEATURES
-        from quantize.split_input import split_first_layer
-
         split_first_layer(prepared, src.obs_dim - N_STATE_FEATURES)
     last = logits_layer(prepared) if opts.keep_last_layer_fp32 else None
     fmt = {"qoperator": QuantFormat.QOperator, "qdq": QuantFormat.QDQ}[opts.quant_format]
@@ -135,8 +135,6 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
 
     out = _run_quantizer(prepared, run)
     if opts.use_float_split_sum:
-        from quantize.split_input import float_split_sum
-
         float_split_sum(out)
     out.metadata_props.extend(copy.deepcopy(src.model.metadata_props)) if not out.metadata_props else None
     return out
@@ -145,6 +143,7 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
 def quantize_dynamic_int8(
     src: PolicyModel, keep_last_layer_fp32: bool = False, scheme: str = "u8s7"
 ) -> onnx.ModelProto:
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if scheme not in ("u8s7", "u8s8"):
@@ -171,6 +170,7 @@ def quantize_dynamic_int8(
 
 
 def convert_fp16(src: PolicyModel) -> onnx.ModelProto:
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     # keep_io_types: the contract's obs/logits stay float32; Cast nodes sit at the edges.
@@ -288,6 +288,7 @@ def collect_levels(
 ) -> np.ndarray:
     """``episodes`` seeded episodes on each level (on the simulator ``backend``), pooled; a seeded subset of
     ``max_samples`` rows."""
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import collect_observations
 
     obs = np.concatenate([collect_observations(act, cfg, episodes, seed, backend=backend) for cfg in cfgs])
@@ -297,6 +298,7 @@ def collect_levels(
 
 
 def torch_version() -> str:
+    # deferred: torch: seconds to import
     import torch
 
     return torch.__version__
@@ -316,9 +318,9 @@ def distill_model(
 ) -> tuple[onnx.ModelProto, dict]:
     """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
     fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
+    # deferred: onnxruntime, torch (via quantize.calibration, quantize.distill, quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.calibration import collect_observations
     from quantize.distill import DAGGER_SEED, distill_static_int8
-    from quantize.model_io import serialize
     from quantize.runtime import policy_fn, run_logits, session
 
     obs = collect_levels(act, cfgs, episodes, seed, max_samples, backend)
@@ -355,9 +357,8 @@ def quantize_file(
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
-    from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
+    # deferred: onnxruntime (via quantize.calibration, quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.calibration import CALIBRATION_SEED, HELDOUT_SEED
-    from quantize.model_io import load_policy, save_atomic, serialize
     from quantize.runtime import policy_fn, run_logits, session
 
     if target not in TARGETS:
@@ -372,6 +373,7 @@ def quantize_file(
     if opts_in.float_split_sum and (not opts_in.split_input or opts_in.quant_format != "qoperator"):
         raise QuantizeError("--float-split-sum needs the depth/state split and --format qoperator")
     if distill is not None:
+        # deferred: torch (via quantize.distill): seconds to import
         from quantize.distill import DAGGER_SEED
 
         distill.check()
@@ -540,6 +542,7 @@ def quantize_file(
             "heldout_seed": str(HELDOUT_SEED),
             "heldout_samples": str(n_held),
         }
+    # deferred: onnxruntime: ~0.2 s to import, paid only where used
     import onnxruntime
 
     extra["onnxruntime"] = onnxruntime.__version__

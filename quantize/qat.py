@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from airq_cli import check_output_dir, write_json
+from nav_env.config import load_level
+from policies.actor import actor_from_model, load_run
+from policies.config import TRAIN_SEED_BASE, replace
+from policies.export import export_run
 from quantize.affine import Rounding
 from quantize.errors import QuantizeError
+from quantize.evaluation import compare, evaluate_actor, torch_policy
 from quantize.fakequant import (
     FakeQuantActor,
     QuantBody,
@@ -60,8 +67,6 @@ class QatResult:
 
 
 def _load(run_dir: str | Path):
-    from policies.actor import load_run
-
     cfg, model, ckpt = load_run(run_dir, "best")
     if cfg.algo not in ("ppo", "a2c"):
         raise QuantizeError(f"{run_dir}: QAT supports PPO/A2C runs, this one is {cfg.algo}")
@@ -80,10 +85,10 @@ def train_qat(
     progress: bool = True,
     bias_correction: bool = False,
 ) -> QatResult:
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from policies.actor import actor_from_model
-    from policies.config import TRAIN_SEED_BASE, replace
+    # deferred: stable_baselines3 (via policies.vec_adapter): seconds to import
     from policies.vec_adapter import NavSB3VecEnv
 
     if rounding not in ("nearest", "floor"):
@@ -146,11 +151,10 @@ def weight_rounding(actor: torch.nn.Module) -> str:
 
 def source_metadata(run_dir: str | Path) -> dict[str, str]:
     """The airq.* metadata policies.export writes for this run (exported to a temp file, no eval)."""
-    import tempfile
-
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
 
-    from policies.export import export_run
+    # deferred: onnx (via quantize.model_io): ~0.2 s to import, paid only where used
     from quantize.model_io import metadata_of
 
     with tempfile.TemporaryDirectory(prefix="airq-qat-") as tmp:
@@ -160,6 +164,7 @@ def source_metadata(run_dir: str | Path) -> dict[str, str]:
 
 
 def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summary: dict | None) -> Path:
+    # deferred: onnx (via quantize.model_io, quantize.qdq_export): ~0.2 s to import, paid only where used
     from quantize.model_io import QUANT_PREFIX, json_compact, save_atomic, set_metadata
     from quantize.qdq_export import qdq_bytes_and_scales
 
@@ -195,10 +200,6 @@ def export_int8(result: QatResult, run_dir: str | Path, out: Path, episodes_summ
 
 
 def run_qat_cli(args) -> dict:
-    from airq_cli import check_output_dir, write_json
-    from nav_env.config import load_level
-    from quantize.evaluation import compare, evaluate_actor
-
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     run_dir = Path(args.run_dir)
@@ -257,8 +258,8 @@ def run_qat_cli(args) -> dict:
 
 
 def onnx_agreement(path: Path, actor: FakeQuantActor, cfg, episodes: int = 10) -> float:
+    # deferred: onnxruntime (via quantize.calibration, quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.calibration import HELDOUT_SEED, collect_observations
-    from quantize.evaluation import torch_policy
     from quantize.runtime import run_logits, session
 
     obs = collect_observations(torch_policy(actor), cfg, episodes, HELDOUT_SEED)

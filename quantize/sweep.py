@@ -28,10 +28,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from airq_cli import write_atomic, write_json
+from airq_cli import check_output_dir, write_atomic, write_json
+from nav_env.config import load_level
 from nav_env.render import figure_png
+from nav_env.rollout import summarize
+from nav_env.stats import paired_difference
+from policies.actor import actor_from_model, load_run
 from quantize.affine import Rounding
 from quantize.errors import QuantizeError
+from quantize.evaluation import compare, evaluate_actor, success_vector, torch_policy
+from quantize.fakequant import FakeQuantActor, calibrate
+from quantize.qat import train_qat
 
 
 @dataclass(frozen=True)
@@ -77,19 +84,13 @@ def _cell_path(out: Path, method: str, bits: int) -> Path:
 
 
 def run_sweep(args) -> Path:
-    from nav_env.config import load_level
-    from nav_env.rollout import summarize
-    from policies.actor import actor_from_model, load_run
+    # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import CALIBRATION_SEED, collect_observations
-    from quantize.evaluation import compare, evaluate_actor, success_vector, torch_policy
-    from quantize.fakequant import FakeQuantActor, calibrate
-    from quantize.qat import train_qat
 
     if args.episodes < 1:
         raise QuantizeError(f"--episodes must be >= 1, got {args.episodes}")
     for m in args.methods:
         check_method(m)
-    from airq_cli import check_output_dir
 
     check_output_dir(args.out or Path(args.run_dir) / "sweep", "--out")  # the default under RUN_DIR too
     torch.set_num_threads(1)
@@ -197,8 +198,6 @@ def run_sweep(args) -> Path:
 
 def qat_vs_ptq(cells: dict, bits: list[int]) -> str:
     """Paired success difference of each QAT cell against the PTQ cell with the same quantizer."""
-    from nav_env.stats import paired_difference
-
     lines = []
     for b in bits:
         for qat, ptq in (("qat", "ptq"), ("qat-floor", "ptq-floor"), ("qat-floor-bc", "ptq-floor-bc")):
@@ -257,6 +256,7 @@ def plot(
     point with its ``interval`` (low, high) as error bars, the reference as a dashed line in its band. The
     defaults draw a sweep's success rates; other callers (quarl's reward vs bits) name their keys, axis
     labels and legend ``labels`` per method."""
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")

@@ -148,6 +148,7 @@ def normalizer_of(vec_normalize) -> ObsNormalizer | None:
 
 def actor_from_model(model, vec_normalize=None) -> DeployedActor:
     """A CPU copy of the model's acting network, in eval mode."""
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.preprocessing import is_image_space
 
     path = acting_path(model)

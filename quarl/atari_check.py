@@ -23,8 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from airq_cli import write_json
+from quantize.affine import sqnr_db
 from quarl.config import TrialSpec
 from quarl.errors import QuarlError
+from quarl.machine import machine_record
+from quarl.pipeline import CALIBRATION_SEED, onnx_policy
+from quarl.tasks import EpisodeEnv, make_train_env, task_family
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,6 @@ class AtariCheck:
 
 def record_frames(policy, env_id: str, frame_stack: int | None, frames: int, seed: int) -> np.ndarray:
     """Observations the policy meets playing (episodes seeded seed, seed + 1, ... until ``frames``)."""
-    from quarl.tasks import EpisodeEnv
-
     env = EpisodeEnv(env_id, frame_stack)
     seen: list[np.ndarray] = []
     episode = 0
@@ -67,20 +70,15 @@ def record_frames(policy, env_id: str, frame_stack: int | None, frames: int, see
 
 
 def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: int = 0) -> AtariCheck:
-    from quarl.tasks import task_family  # gymnasium only: bad input is refused before torch is imported
-
     if task_family(env_id) != "atari":
         raise QuarlError(f"{env_id} is not an Atari env (<Game>NoFrameskip-v4)")
     if steps < 1 or frames < 20:
         raise QuarlError(f"need --steps >= 1 and --frames >= 20, got {steps} and {frames}")
-    from quantize.affine import sqnr_db
+    # deferred: onnx, onnxruntime, torch, stable_baselines3 (via quantize.bench, quantize.runtime, quarl.actor, quarl.export, quarl.zoo): ~0.2 s to import, paid only where used
     from quantize.bench import bench
     from quantize.runtime import run_logits, session
     from quarl.actor import actor_from_model
     from quarl.export import export_actor, quantize_files
-    from quarl.machine import machine_record
-    from quarl.pipeline import CALIBRATION_SEED, onnx_policy
-    from quarl.tasks import make_train_env
     from quarl.zoo import make_model, zoo_entry
 
     entry = zoo_entry(env_id, algo)
@@ -126,13 +124,13 @@ def run_check(env_id: str, algo: str, steps: int, frames: int, out: Path, seed: 
         {k: round(sqnr_db(logits(files["fp32"]), logits(p)), 1) for k, p in files.items() if k != "fp32"},
         machine_record(),
     )
-    from airq_cli import write_json
 
     write_json(out / "atari_check.json", asdict(check))
     return check
 
 
 def _graph(path: Path):
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
 
     return onnx.load(str(path)).graph

@@ -16,7 +16,13 @@ import sys
 from pathlib import Path
 
 from airq_cli import ArgumentParser, output_dir
+from quarl import tune_runner
+from quarl.atari_check import format_check, run_check
 from quarl.config import load_config
+from quarl.machine import machine_record
+from quarl.mixed_precision import compare, summary, write_summary
+from quarl.report import add_report_parser
+from quarl.requantize import requantize_study
 
 DEFAULT_OUT = "out/quarl/<config name>"
 
@@ -86,7 +92,6 @@ def parser() -> ArgumentParser:
         help="PTQ files to rebuild: int8 (8-bit weights), int8-w7 (7-bit weights), int8-dynamic, fp16",
     )
     q.add_argument("--workers", type=_positive, default=2, help="trials at once (processes, one thread each)")
-    from quarl.report import add_report_parser
 
     add_report_parser(sub).prog = "python -m quarl report"
     m = sub.add_parser(
@@ -128,22 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mixed-precision":
         return _mixed_precision(args)
     if args.command == "requantize":
-        from quarl.requantize import requantize_study
-
         results = requantize_study(args.study, tuple(args.targets), args.workers)
         failed = [r for r in results if r.status.startswith("failed")]
         done = sum(r.status == "done" for r in results)
         print(f"requantized {done} of {len(results)} trials ({', '.join(args.targets)}); {len(failed)} failed")
         return 1 if failed else 0
     if args.command == "atari-check":
-        from quarl.atari_check import format_check, run_check
-
         print(format_check(run_check(args.env, args.algo.lower(), args.steps, args.frames, Path(args.out))))
         print(f"wrote {Path(args.out) / 'atari_check.json'}")
         return 0
     config = load_config(args.config)
     out = Path(f"out/quarl/{config.name}" if args.out == DEFAULT_OUT else args.out)
-    from quarl import tune_runner
 
     if args.dry_run:
         plan = tune_runner.plan_study(
@@ -172,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _mixed_precision(args: argparse.Namespace) -> int:
-    from quarl.mixed_precision import compare, summary, write_summary
-
     runs = compare(
         args.env, args.algo.lower(), args.seeds, args.steps, args.dtype, args.device, args.episodes, args.threads
     )
@@ -183,7 +181,6 @@ def _mixed_precision(args: argparse.Namespace) -> int:
         "device": args.device,
         "threads": args.threads,
     }
-    from quarl.machine import machine_record
 
     result["machine"] = machine_record()
     path = write_summary(Path(args.out) / "summary.json", result)

@@ -128,7 +128,8 @@ def _check_types(shared: dict[str, Any], where: str) -> None:
 def _check_cell(cell: Cell, where: str) -> None:
     """The cell's env and algorithm must have RL Zoo hyperparameters (quarl.zoo): an unknown env fails here,
     at load time, not in a trial after Ray has started."""
-    from quarl.zoo import zoo_entry  # SB3 and torch: only once the rest of the config is known good
+    # deferred: torch, stable_baselines3 (via quarl.zoo): only once the rest of the config is known good
+    from quarl.zoo import zoo_entry
 
     try:
         zoo_entry(cell.env_id, cell.algo)

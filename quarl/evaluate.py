@@ -13,15 +13,13 @@ from collections.abc import Callable
 import numpy as np
 
 from quarl.results import EvalProtocol
-from quarl.tasks import EpisodeEnv, PolicyFn
+from quarl.tasks import MINATAR_MAX_STEPS, EpisodeEnv, PolicyFn, task_family
 
 BATCH = 100  # envs alive at once
 
 
 def evaluation_protocol(env_id: str, episodes: int, seed: int) -> EvalProtocol:
     """``episodes`` episodes from ``seed``, capped where the env has no time limit of its own (MinAtar)."""
-    from quarl.tasks import MINATAR_MAX_STEPS, task_family
-
     return EvalProtocol(episodes, seed, MINATAR_MAX_STEPS if task_family(env_id) == "minatar" else None)
 
 

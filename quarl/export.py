@@ -18,6 +18,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from policies.export import actor_to_onnx_bytes, with_metadata
+from quantize.model_io import load_policy, save_atomic, set_metadata
+from quantize.options import StaticInt8Options
+from quantize.ptq import convert_fp16, quantize_dynamic_int8, quantize_static_int8
 from quarl.config import TrialSpec
 from quarl.errors import QuarlError
 
@@ -25,10 +29,8 @@ from quarl.errors import QuarlError
 def export_actor(actor, path: Path, spec: TrialSpec, entry) -> Path:
     """Write ``actor`` (quarl.actor.DeployedActor) as ONNX with its trial's metadata; checks onnxruntime gives
     the torch outputs on random observations before it returns."""
+    # deferred: torch: seconds to import
     import torch
-
-    from policies.export import actor_to_onnx_bytes, with_metadata
-    from quantize.model_io import save_atomic
 
     meta = {
         "airq.env_id": spec.env_id,
@@ -44,6 +46,7 @@ def export_actor(actor, path: Path, spec: TrialSpec, entry) -> Path:
     materialize_shared_initializers(model)
     out = save_atomic(model, path, size_key=None)
     obs = np.random.default_rng(0).random((64, actor.obs_dim), dtype=np.float32)
+    # deferred: onnxruntime (via quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.runtime import session
 
     got = session(out.read_bytes()).run(["logits"], {"obs": obs})[0]
@@ -73,10 +76,6 @@ DYNAMIC_SCHEME = "u8s7"  # quantize_dynamic_int8's default: uint8 activations at
 
 def quantize_files(fp32: Path, calibration_obs: np.ndarray, targets: tuple[str, ...], out_dir: Path) -> dict:
     """{target: (path, seconds to build)} for fp16, static int8 (8- and 7-bit weights) and dynamic int8."""
-    from quantize.model_io import load_policy, save_atomic, set_metadata
-    from quantize.options import StaticInt8Options
-    from quantize.ptq import convert_fp16, quantize_dynamic_int8, quantize_static_int8
-
     src = load_policy(fp32)
     built = {}
     for target in targets:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+from firmware_bridge.int8_kernels import cpu_int8_features
+from policies.machine import machine_info
 
 
 def machine_record() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from firmware_bridge.int8_kernels import cpu_int8_features
-    from policies.machine import machine_info
-
     record = machine_info() | {"int8_instructions": cpu_int8_features()}
     for name in ("onnxruntime", "stable_baselines3", "gymnasium", "ray", "minatar", "ale-py"):
         try:

@@ -23,8 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from airq_cli import write_json
 from quarl.config import EVAL_SEED
 from quarl.errors import QuarlError
+from quarl.evaluate import episode_returns, evaluation_protocol
+from quarl.tasks import EpisodeEnv, make_train_env
 
 DTYPES = ("fp32", "bf16")
 
@@ -43,6 +46,7 @@ class PrecisionRun:
 
 
 def device_and_dtype(dtype: str, device: str):
+    # deferred: torch: seconds to import
     import torch
 
     if dtype not in DTYPES:
@@ -60,12 +64,12 @@ def device_and_dtype(dtype: str, device: str):
 def train_once(
     env_id: str, algo: str, seed: int, steps: int, dtype: str, device: str, episodes: int, threads: int = 1
 ) -> tuple[float, float, list[float]]:
+    # deferred: torch: seconds to import
     import torch
 
+    # deferred: torch, stable_baselines3 (via policies.actor, quarl.actor, quarl.zoo): seconds to import
     from policies.actor import torch_policy_fn
     from quarl.actor import actor_from_model
-    from quarl.evaluate import episode_returns, evaluation_protocol
-    from quarl.tasks import EpisodeEnv, make_train_env
     from quarl.zoo import make_model, zoo_entry
 
     autocast_dtype = device_and_dtype(dtype, device)
@@ -164,6 +168,4 @@ def summary(runs: list[PrecisionRun]) -> dict:
 
 
 def write_summary(path: Path, value: dict) -> Path:
-    from airq_cli import write_json
-
     return write_json(path, value)

@@ -23,6 +23,7 @@ compare episode by episode.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
@@ -33,9 +34,14 @@ from typing import Any
 import numpy as np
 
 from airq_cli import write_atomic, write_json
-from quarl.config import TrialSpec
+from quantize.options import INT8_SCHEMES
+from quarl.config import PTQ_TARGETS, TrialSpec
 from quarl.errors import QuarlError
+from quarl.evaluate import episode_returns, evaluation_protocol, recorded_observations
+from quarl.machine import machine_record
+from quarl.published import baseline_gate
 from quarl.results import ONNX, PTQ, QAT, Baseline, EvalProtocol, PolicyEval, TrainInfo, TrialResult
+from quarl.tasks import EpisodeEnv, make_train_env
 
 CALIBRATION_SEED = 2_000_000  # calibration episodes: seeds CALIBRATION_SEED + i, disjoint from evaluation's
 QAT_SEED_BASE = 3_000_000  # QAT's training envs: QAT_SEED_BASE + seed * 100 + bits
@@ -67,13 +73,12 @@ class Stages:
 
 
 def protocol_of(spec: TrialSpec) -> EvalProtocol:
-    from quarl.evaluate import evaluation_protocol
-
     return evaluation_protocol(spec.env_id, spec.eval_episodes, spec.eval_seed)
 
 
 def onnx_policy(path: Path) -> Callable[[np.ndarray], np.ndarray]:
     """The file's own ``action`` output for a batch of observations (one onnxruntime thread)."""
+    # deferred: onnxruntime (via quantize.runtime): ~0.2 s to import, paid only where used
     from quantize.runtime import policy_fn, session
 
     return policy_fn(session(path.read_bytes(), threads=1))
@@ -81,6 +86,7 @@ def onnx_policy(path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
 class Trial:
     def __init__(self, spec: TrialSpec, trial_dir: Path, progress: bool = True):
+        # deferred: torch, stable_baselines3 (via quarl.zoo): seconds to import
         from quarl.zoo import zoo_entry
 
         self.spec, self.dir, self.progress = spec, Path(trial_dir), progress
@@ -92,20 +98,15 @@ class Trial:
 
     # -- helpers -------------------------------------------------------------------------------------------
     def episode_env(self):
-        from quarl.tasks import EpisodeEnv
-
         return EpisodeEnv(self.spec.env_id, self.entry.frame_stack)
 
     def evaluate(self, policy: Callable[[np.ndarray], np.ndarray]) -> list[float]:
-        from quarl.evaluate import episode_returns
-
         return [float(r) for r in episode_returns(policy, self.episode_env, self.protocol)]
 
     def load_model(self, env_seed: int | None = None):
         """The trained model and its VecNormalize (None without); with ``env_seed`` on a fresh training env."""
+        # deferred: stable_baselines3: seconds to import
         from stable_baselines3.common.vec_env import VecNormalize
-
-        from quarl.tasks import make_train_env
 
         cls = algo_class(self.spec.algo)
         venv = make_train_env(replace(self.entry, normalize=None), self.spec.seed if env_seed is None else env_seed)
@@ -119,9 +120,10 @@ class Trial:
 
     # -- stages --------------------------------------------------------------------------------------------
     def train(self) -> TrainInfo:
+        # deferred: torch: seconds to import
         import torch
 
-        from quarl.tasks import make_train_env
+        # deferred: torch, stable_baselines3 (via quarl.zoo): seconds to import
         from quarl.zoo import describe, make_model
 
         done = self.stages.done("train")
@@ -156,8 +158,8 @@ class Trial:
         done = self.stages.done("onnx")
         if done is not None:
             return [PolicyEval(**p) for p in done["policies"]]
+        # deferred: torch, onnx (via quarl.actor, quarl.export): seconds to import
         from quarl.actor import actor_from_model
-        from quarl.evaluate import recorded_observations
         from quarl.export import export_actor, quantize_files
 
         model, vec_normalize = self.load_model()
@@ -180,7 +182,7 @@ class Trial:
         self, files: dict[str, tuple[Path, float]], fp32_returns: list[float] | None
     ) -> list[PolicyEval]:
         """A PolicyEval per ONNX file {name: (path, seconds to build)} on the trial's episodes."""
-        from quantize.options import INT8_SCHEMES
+        # deferred: onnx (via quarl.export): ~0.2 s to import, paid only where used
         from quarl.export import DYNAMIC_SCHEME, STATIC_SCHEMES
 
         evals = []
@@ -201,7 +203,7 @@ class Trial:
         evaluate them on the trial's episodes and put them into the onnx stage's record and trial.json in place
         of any earlier ones; nothing is trained. None when the trial has no calibration observations (its
         baseline failed and it was not quantized)."""
-        from quarl.config import PTQ_TARGETS
+        # deferred: onnx (via quarl.export): ~0.2 s to import, paid only where used
         from quarl.export import quantize_files
 
         done = self.stages.done("onnx")
@@ -234,6 +236,7 @@ class Trial:
         done = self.stages.done(name)
         if done is not None:
             return PolicyEval(**done)
+        # deferred: torch (via policies.actor, quarl.actor): seconds to import
         from policies.actor import torch_policy_fn
         from quarl.actor import actor_from_model, fake_quant_copy
 
@@ -254,9 +257,11 @@ class Trial:
         done = self.stages.done(name)
         if done is not None:
             return PolicyEval(**done)
+        # deferred: torch, stable_baselines3: seconds to import
         import torch
         from stable_baselines3.common.callbacks import BaseCallback
 
+        # deferred: torch (via policies.actor, quantize.fakequant, quarl.actor): seconds to import
         from policies.actor import torch_policy_fn
         from quantize.fakequant import freeze_and_quantize
         from quarl.actor import actor_from_model, insert_into_model
@@ -276,6 +281,7 @@ class Trial:
             model.learning_starts = min(int(model.learning_starts), max(delay // 2, 1))
         calib = np.load(self.dir / "calibration_obs.npy")
         if self.entry.noise is not None:
+            # deferred: torch, stable_baselines3 (via quarl.zoo): seconds to import
             from quarl.zoo import action_noise
 
             model.action_noise = action_noise(self.entry, int(np.prod(model.action_space.shape)))
@@ -321,9 +327,6 @@ class Trial:
         return result
 
     def run(self) -> TrialResult:
-        from quarl.machine import machine_record
-        from quarl.published import baseline_gate
-
         # the gate first: a cell without a published score fails before its training, not after every stage;
         # MinAtar's random-policy gate plays the trial's own protocol (its episodes, seeds and step cap)
         protocol = self.protocol
@@ -360,6 +363,7 @@ def run_trial(spec: TrialSpec, trial_dir: Path, progress: bool = True) -> TrialR
 
 
 def algo_class(algo: str):
+    # deferred: stable_baselines3: seconds to import
     import stable_baselines3 as sb3
 
     return {"a2c": sb3.A2C, "dqn": sb3.DQN, "ppo": sb3.PPO, "ddpg": sb3.DDPG, "td3": sb3.TD3, "sac": sb3.SAC}[algo]
@@ -370,14 +374,13 @@ def _initial_rate(rate: Any) -> float:
 
 
 def _npy_bytes(a: np.ndarray) -> bytes:
-    import io
-
     buf = io.BytesIO()
     np.save(buf, a)
     return buf.getvalue()
 
 
 def _progress_callback(name: str, total: int, enabled: bool):
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.callbacks import BaseCallback
 
     class Progress(BaseCallback):

@@ -37,8 +37,13 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import gymnasium as gym
+import numpy as np
+
 from quarl.config import EVAL_SEED
 from quarl.errors import QuarlError
+from quarl.results import error_percent
+from quarl.tasks import register_families
 
 SEED_SOURCE = "QuaRL (Krishnan et al., SysML 2020 / TMLR 2022), Table 2"
 
@@ -165,14 +170,10 @@ class SeedRow:
 
     @property
     def error_fp16(self) -> float:
-        from quarl.results import error_percent
-
         return error_percent(self.fp32, self.fp16)
 
     @property
     def error_int8(self) -> float:
-        from quarl.results import error_percent
-
         return error_percent(self.fp32, self.int8)
 
 
@@ -256,10 +257,6 @@ def random_policy_returns(env_id: str, episodes: int, seed: int, max_steps: int 
     reset and action sampling seeded with seed + i), MinAtar registered first."""
     if episodes < 1:
         raise QuarlError(f"{env_id}: the random-policy gate needs episodes >= 1, got {episodes}")
-    import gymnasium as gym
-    import numpy as np
-
-    from quarl.tasks import register_families
 
     register_families(env_id)
     try:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from airq_cli import check_output_dir, output_dir, write_atomic, write_json
 from quarl.config import env_slug
 from quarl.published import is_minatar
 from quarl.report_html import write_report_html
@@ -149,8 +150,6 @@ def build_report(
     ``figures=False`` writes the tables and the reading only (the weight statistics are still computed).
     ``warn`` gets one line per skipped trial or model (default: stderr).
     """
-    from airq_cli import check_output_dir, write_atomic, write_json
-
     study_dir = Path(study_dir)
     out_dir = check_output_dir(out if out is not None else study_dir, "--out")
     say = warn or (lambda line: print(line, file=sys.stderr))
@@ -239,8 +238,6 @@ def report_dict(report: Report) -> dict[str, Any]:
 def add_report_parser(subparsers: Any) -> argparse.ArgumentParser:
     """The ``report`` sub-command, for quarl.cli: ``sub = parser.add_subparsers(); add_report_parser(sub)``;
     then call :func:`run_report` with the parsed arguments (also set as ``args.func``)."""
-    from airq_cli import output_dir
-
     p: argparse.ArgumentParser = subparsers.add_parser(
         "report",
         help="Table 2, QAT vs PTQ, reward-vs-bits and weight figures, and a reading, from a study's trials",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from nav_env.render import figure_png
+from quantize.analyze import plot as analyze_plot
 from quarl.config import env_slug
 from quarl.report_records import WEIGHT_BITS, CellReport, CellWidth, algo_order
 
@@ -20,6 +21,7 @@ def env_label(env_id: str) -> str:
 
 
 def reward_vs_bits_png(cell: CellReport) -> bytes | None:
+    # deferred: torch (via quantize.sweep): seconds to import
     from quantize.sweep import plot
 
     if not cell.ptq and not cell.qat:
@@ -60,14 +62,13 @@ def reward_vs_bits_png(cell: CellReport) -> bytes | None:
 
 
 def weights_pngs(width: CellWidth, layers: list[tuple[str, np.ndarray]], rows: list[dict]) -> tuple[bytes, bytes]:
-    from quantize.analyze import plot
-
     status = "" if width.counted else " [baseline failed]"
     title = f"{env_label(width.env_id)} {width.algo.upper()} fp32, seed {width.figure_seed}{status}"
-    return plot(layers, WEIGHT_BITS, rows, title)
+    return analyze_plot(layers, WEIGHT_BITS, rows, title)
 
 
 def weight_widths_png(widths: list[CellWidth]) -> bytes:
+    # deferred: matplotlib: plots only
     import matplotlib
 
     matplotlib.use("Agg")

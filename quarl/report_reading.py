@@ -179,6 +179,7 @@ def reading_widths(widths: list[CellWidth]) -> list[str]:
         out.append(f"- Widest weights = largest int8 error in {matches} of {total} environment(s) with 2+ algorithms.")
     pts = [(w.widest_range.mean, w.int8_error) for w in counted if not math.isnan(w.int8_error)]
     if len(pts) >= 3 and len({p[0] for p in pts}) > 1 and len({p[1] for p in pts}) > 1:
+        # deferred: scipy: over a second to import
         from scipy.stats import spearmanr
 
         rho, p = spearmanr([a for a, _ in pts], [b for _, b in pts])

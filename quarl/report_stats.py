@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantize.analyze import onnx_layer_weights, sqnr_table
 from quarl.errors import QuarlError
 from quarl.published import SEED_MEAN_ERRORS, seed_row
 from quarl.report_records import (
@@ -106,6 +107,7 @@ def stat(values: Iterable[float]) -> Stat:
     mean = float(np.mean(a))
     if n == 1 or not np.all(np.isfinite(a)):
         return Stat(mean, math.nan, n, math.nan, math.nan)
+    # deferred: scipy: over a second to import
     from scipy import stats as st
 
     sd = float(np.std(a, ddof=1))
@@ -228,6 +230,7 @@ def weight_bits_diff(trials: list[TrialResult], counted: bool) -> WeightBitsDiff
     differ = int(np.count_nonzero(diffs))
     p = 1.0
     if differ:
+        # deferred: scipy: over a second to import
         from scipy.stats import wilcoxon
 
         p = float(wilcoxon(diffs[diffs != 0]).pvalue)
@@ -256,9 +259,8 @@ def _finite_mean(values: Iterable[float]) -> float:
 
 def model_layers(path: Path) -> list[tuple[str, np.ndarray]]:
     """(layer name, weights) of an fp32 policy's Conv, Gemm and MatMul layers (quantize.analyze)."""
+    # deferred: onnx: ~0.2 s to import, paid only where used
     import onnx
-
-    from quantize.analyze import onnx_layer_weights
 
     try:
         model = onnx.load(str(path))
@@ -300,7 +302,6 @@ def cell_widths(
             figure = (t.result.seed, layers)
     if figure is None:
         return None
-    from quantize.analyze import sqnr_table
 
     rows = sqnr_table(figure[1], WEIGHT_BITS)
     layers_out = [

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from quarl.config import PTQ_TARGETS, TrialSpec
 from quarl.errors import QuarlError
+from quarl.pipeline import Trial
 from quarl.results import PolicyEval
 
 TARGETS = ("int8", "int8-w7")  # the static int8 files: 8-bit and 7-bit weights (quarl.export.STATIC_SCHEMES)
@@ -51,8 +52,6 @@ def study_trials(study_dir: Path) -> list[tuple[TrialSpec, Path, str]]:
 
 
 def requantize_trial(spec: TrialSpec, trial_dir: Path, targets: tuple[str, ...]) -> Requantized:
-    from quarl.pipeline import Trial
-
     t0 = time.perf_counter()
     fresh = Trial(spec, trial_dir, progress=False).requantize(targets)
     if fresh is None:

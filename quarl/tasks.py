@@ -54,15 +54,18 @@ def register_families(env_id: str) -> None:
     family = task_family(env_id)
     try:
         if family == "minatar":
+            # deferred: minatar: an optional extra (the study's)
             import minatar.gym
 
             if env_id not in gym.registry:
                 minatar.gym.register_envs()
         elif family == "atari":
+            # deferred: ale_py: an optional extra (the study's)
             import ale_py
 
             gym.register_envs(ale_py)
         elif family == "locomotion" and "Bullet" in env_id:
+            # deferred: pybullet_envs_gymnasium: the locomotion extra
             import pybullet_envs_gymnasium  # noqa: F401 - registers the Bullet envs
     except ImportError as e:
         raise QuarlError(f"{env_id}: its package is not installed ({e.name}); see docs/quarl.md, 'Tasks'") from None
@@ -91,6 +94,7 @@ def make_env(env_id: str, evaluation: bool = False) -> gym.Env:
     if family == "minatar":
         return FloatObservation(gym.make(env_id, max_episode_steps=MINATAR_MAX_STEPS))
     if family == "atari":
+        # deferred: stable_baselines3: seconds to import
         from stable_baselines3.common.atari_wrappers import AtariWrapper
 
         env = gym.make(env_id, full_action_space=False) if env_id.startswith("ALE/") else gym.make(env_id)
@@ -102,6 +106,7 @@ def make_env(env_id: str, evaluation: bool = False) -> gym.Env:
 
 def make_train_env(entry: ZooEntry, seed: int) -> VecEnv:
     """The zoo's training VecEnv: n_envs copies, frame stack and VecNormalize as its entry says."""
+    # deferred: stable_baselines3: seconds to import
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize, VecTransposeImage
 

@@ -52,6 +52,7 @@ from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, check_output_dir, 
 from airq_cli.network import check_ray_head, ray_environment
 from quarl.config import StudyConfig, TrialSpec
 from quarl.errors import QuarlError
+from quarl.tasks import task_family
 
 DEFAULT_TRIAL_FN = "quarl.pipeline.run_trial"
 INSTALL_HINT = "pip install 'airq[study]' (ray[tune]==2.60.0)"
@@ -80,6 +81,7 @@ def require_ray() -> Any:
     """``ray`` with Ray Tune, or a one-line error naming the extra to install."""
     ray_environment()  # before Ray is imported
     try:
+        # deferred: ray: optional extra, seconds to import
         import ray
         import ray.tune  # noqa: F401 - the [tune] part of the extra
     except ImportError as e:
@@ -272,7 +274,7 @@ class TrialPlan:
 
 def plan_trial(spec: TrialSpec, state: str = "new") -> TrialPlan:
     policies = 1 + len(spec.ptq_targets) + len(spec.ptq_bits) + len(spec.qat_bits)
-    from quarl.tasks import task_family
+    # deferred: torch, stable_baselines3 (via quarl.zoo): seconds to import
     from quarl.zoo import zoo_entry
 
     steps = spec.steps or zoo_entry(spec.env_id, spec.algo).n_timesteps
@@ -397,6 +399,7 @@ def machine_info() -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
+    # deferred: ray: optional extra, seconds to import
     import ray
 
     return {
@@ -523,8 +526,10 @@ def run_study(
         check_address(address)  # before anything starts
     require_ray()
     sys_path = check_trial_fn(trial_fn)
+    # deferred: ray: optional extra, seconds to import
     from ray import tune
 
+    # deferred: ray (via quarl.tune_trial): optional extra, seconds to import
     from quarl import tune_trial
 
     session = start_ray(address)

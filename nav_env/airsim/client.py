@@ -35,6 +35,7 @@ def check_msgpack() -> None:
     """Refuse msgpack < 1.0: msgpack-python 0.5.x (pulled in by ``pip install airsim``) decodes
     strings as bytes and is ~30x slower on depth frames."""
     try:
+        # deferred: msgpack is checked here (missing, or too old for the AirSim clients: a one-line AirSimError)
         import msgpack
     except ImportError:
         raise AirSimError(f"msgpack is not installed: {INSTALL_HINT}") from None
@@ -64,6 +65,7 @@ def import_client(name: str = "auto") -> ModuleType:
 
 def rpc_errors() -> tuple[type[Exception], ...]:
     """(TransportError, TimeoutError, RPCError) of the msgpack-rpc module both clients use."""
+    # deferred: msgpackrpc: the airsim extra
     from msgpackrpc import error
 
     return error.TransportError, error.TimeoutError, error.RPCError

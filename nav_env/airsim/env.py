@@ -24,6 +24,7 @@ from nav_env.airsim.scene import Scene, sized_config
 from nav_env.arena import FAR, Episode, sample_episode
 from nav_env.common import ResetReturn, StepReturn, TaskEnv, commands
 from nav_env.config import NavConfig
+from nav_env.render import render_frame
 from nav_env.sim import BatchSim
 
 DEPTH_TYPES = ("perspective", "planar")
@@ -184,7 +185,6 @@ class AirSimNavEnv(TaskEnv):
             return None
         if self.episode is None:
             raise RuntimeError("render() called before reset()")
-        from nav_env.render import render_frame
 
         return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory), depth=self._depth)
 

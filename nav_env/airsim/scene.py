@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from airq_cli import write_atomic
 from nav_env.arena import FAR, MAX_ATTEMPTS, Episode, GenerationError, sample_episode, slot_counts, solvable
 from nav_env.config import NavConfig
 
@@ -71,8 +72,6 @@ class Scene:
         return {"cylinders": [list(c) for c in self.cylinders], "boxes": [list(b) for b in self.boxes]}
 
     def save(self, path: str | os.PathLike) -> Path:
-        from airq_cli import write_atomic  # makes the folder, one-line error if it cannot
-
         return write_atomic(path, (json.dumps(self.to_dict()) + "\n").encode())
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:

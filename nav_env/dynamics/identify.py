@@ -49,6 +49,7 @@ class StepFigures:
 
 def designed_velocity_step(dyn: DynamicsConfig, duration_s: float = DURATION_S) -> tuple[np.ndarray, np.ndarray]:
     """The linearised horizontal velocity loop's unit step response (t, v) (module docstring)."""
+    # deferred: scipy: over a second to import
     from scipy import signal
 
     v, att, r, m = dyn.velocity_loop, dyn.attitude_loop, dyn.rate_loop, dyn.motors
@@ -89,6 +90,7 @@ def measured_step(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The MuJoCo vehicle's response to a step from hover to ``setpoint`` (body vx, vy, vz, yaw rate): times and
     (forward velocity, yaw rate) samples, every ``SAMPLE_S``."""
+    # deferred: mujoco, numba (via nav_env.dynamics.world): the dynamics extra
     from nav_env.dynamics.world import MujocoSim
 
     cfg = load_level("easy", {"task.max_steps": 10_000})
@@ -106,6 +108,7 @@ def measured_step(
 
 def fit_tau(responses: list[tuple[np.ndarray, np.ndarray]]) -> float:
     """The time constant of ``1 - exp(-t / tau)`` closest (least squares) to unit-normalised responses (t, y)."""
+    # deferred: scipy: over a second to import
     from scipy.optimize import minimize_scalar
 
     def cost(tau: float) -> float:
