@@ -31,19 +31,22 @@ import numpy as np
 
 from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_json
 from device_emulation.profiles import get_profile
+from firmware_bridge.bench import EchoProcess
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
+from firmware_bridge.device import cpu_model, format_versions, package_versions
+from firmware_bridge.int8_kernels import int8_kernels
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
 from hil.report import percentiles_us, summarize_run
 from hil.session import BridgeSession
 from hil.setup import LocalBridge
-from nav_env.config import load_level
+from nav_env.config import NavConfig, load_level
 from nav_env.env import NavEnv
 
 SHIPPED = [f"models/policy{i}_{p}.onnx" for i in (1, 2, 3) for p in ("fp32", "int8")]
 ECHO_MAX_ACTS = 5000  # the echo loop flies as many steps as the closed loop did, up to this
 
 
-def in_process_rate(path: str, cfg, episodes: int, seed: int) -> tuple[float, dict]:
+def in_process_rate(path: str, cfg: NavConfig, episodes: int, seed: int) -> tuple[float, dict]:
     """Steps/s of the same loop with the policy run by onnxruntime in this process."""
     import onnxruntime as ort
 
@@ -68,7 +71,7 @@ def in_process_rate(path: str, cfg, episodes: int, seed: int) -> tuple[float, di
     return steps / loop_s, percentiles_us(infer)
 
 
-def echo_loop(client: BridgeClient, cfg, acts: int, seed: int) -> tuple[list[int], int, float]:
+def echo_loop(client: BridgeClient, cfg: NavConfig, acts: int, seed: int) -> tuple[list[int], int, float]:
     """(round trips in ns, deadline misses, steps/s) of ``acts`` steps of the closed loop's act path
     against the echo.
 
@@ -148,8 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     native = get_profile("native")
     try:
         if not a.no_echo:
-            from firmware_bridge.bench import EchoProcess
-
             echo = EchoProcess().start()
             echo_client = BridgeClient(echo.endpoint, timeout_s=5.0)
         for rep in range(a.repeats):
@@ -202,9 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print_table(rows, a, spins)
     if a.out:
-        from firmware_bridge.device import cpu_model, package_versions
-        from firmware_bridge.int8_kernels import int8_kernels
-
         machine = {"cpu": cpu_model(), "int8_kernels": int8_kernels().as_dict(), "versions": package_versions()}
         write_json(a.out, {"level": a.level, "episodes": a.episodes, "repeats": a.repeats, **machine, "rows": rows})
     return 0
@@ -244,9 +242,6 @@ def summarize_rows(path: str, spin: float, reps: list[dict[str, Any]], got: dict
 
 
 def print_table(rows: list[dict[str, Any]], a: argparse.Namespace, spins: list[float]) -> None:
-    from firmware_bridge.device import cpu_model, format_versions, package_versions
-    from firmware_bridge.int8_kernels import int8_kernels
-
     print(
         f"hil.bench: sim-only, TCP loopback, free-running, one env, level {a.level}, {a.episodes} episodes "
         f"x {a.repeats} repeat(s); {cpu_model()}: {int8_kernels().describe()}; {format_versions(package_versions())}"

@@ -14,6 +14,7 @@ import gymnasium as gym
 from airq_cli import UserError
 from firmware_bridge.client import BridgeError
 from firmware_bridge.device import package_versions
+from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
 from firmware_bridge.protocol import sha256_hex
 from hil.autopilot import prepare_vehicle
 from hil.loop import ControlLink, Event, LoopRecord, PolicyUpload, event_record, run_closed_loop
@@ -240,7 +241,5 @@ class Flights:
 
 def _int8_warning(path: str, metadata: dict, device_kernels: dict | None) -> str | None:
     """Why the device's kernels do not compute a policy's int8 scheme exactly, or None if they do."""
-    from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
-
     warning = saturation_warning(metadata, Int8Kernels.from_dict(device_kernels or {}))
     return f"{Path(path).name}: {warning}" if warning else None

@@ -9,6 +9,7 @@ from typing import Any
 
 from airq_cli import Progress, shown
 from firmware_bridge.device import format_versions
+from firmware_bridge.int8_kernels import Int8Kernels
 from hil.loop import LoopRecord
 from hil.orchestrate import RunProgress, RunResult
 from hil.report import short_name
@@ -16,8 +17,6 @@ from nav_env.backends import DEFAULT_BACKEND, get_backend
 
 
 def _int8_line(d: dict) -> str:
-    from firmware_bridge.int8_kernels import Int8Kernels
-
     return "device " + Int8Kernels.from_dict(d.get("int8_kernels") or {}).describe()
 
 

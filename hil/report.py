@@ -5,7 +5,8 @@ from __future__ import annotations
 import weakref
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,10 +14,14 @@ from airq_cli import write_atomic, write_json
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
 from nav_env.backends import get_backend
+from nav_env.config import NavConfig, load_level
 from nav_env.latency import round_trip_quantiles_us
-from nav_env.render import figure_png
+from nav_env.render import episode_title, figure_png, save_episode_png
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
+
+if TYPE_CHECKING:  # matplotlib is imported where the plots are drawn
+    from matplotlib.figure import Figure
 
 
 def percentiles_us(ns: list[int]) -> dict[str, float]:
@@ -331,10 +336,8 @@ def write_report(out_dir: Path, report: Report, records: list[LoopRecord]) -> li
 _DRAWN: dict[Path, weakref.ref] = {}
 
 
-def _level_config(report: Report):
+def _level_config(report: Report) -> NavConfig | None:
     """The level the run flew (its arena size and camera give the pictures their scale), or None."""
-    from nav_env.config import load_level
-
     level = report.args.get("level") or report.level
     try:
         return load_level(level) if level else None
@@ -343,11 +346,9 @@ def _level_config(report: Report):
 
 
 def _trajectory_png(
-    path: Path, frame: np.ndarray, cfg, report: Report, run: PolicySummary, row: dict[str, Any] | None
+    path: Path, frame: np.ndarray, cfg: NavConfig | None, report: Report, run: PolicySummary, row: dict[str, Any] | None
 ) -> Path:
     """One episode's last frame with a title (policy, episode, outcome), legend, scale bar and labelled depth."""
-    from nav_env.render import episode_title, save_episode_png
-
     row = row or {}
     stem = Path(run.policy).stem
     title = episode_title(stem, row.get("outcome"), row.get("steps"), row.get("episode"), row.get("seed"))
@@ -376,7 +377,7 @@ def _plots(out_dir: Path, runs: list[PolicySummary], records: list[LoopRecord]) 
     return [_latency_plot(plt, out_dir, runs, records), _memory_plot(plt, out_dir, runs)]
 
 
-def _latency_plot(plt, out_dir: Path, runs: list[PolicySummary], records: list[LoopRecord]) -> Path:
+def _latency_plot(plt: ModuleType, out_dir: Path, runs: list[PolicySummary], records: list[LoopRecord]) -> Path:
     """Round trip and device inference per act, every policy, on log-spaced bins (the tail stays visible
     without squeezing the peaks); p50/p99 in the legend, which sits below the axes."""
     fig, ax = plt.subplots(figsize=(9, 5.2), layout="constrained")
@@ -417,7 +418,7 @@ def _latency_plot(plt, out_dir: Path, runs: list[PolicySummary], records: list[L
     return save_figure(fig, out_dir / "latency_histogram.png")
 
 
-def _memory_plot(plt, out_dir: Path, runs: list[PolicySummary]) -> Path:
+def _memory_plot(plt: ModuleType, out_dir: Path, runs: list[PolicySummary]) -> Path:
     """The bridge's memory: on a linear axis from zero (the magnitudes compare), and, below, the growth
     above each run's first sample (where MiB-sized changes show). RSS solid with markers, peak RSS
     dashed and wider underneath; the numbers in the legend, which sits below the axes."""
@@ -453,7 +454,7 @@ def _memory_plot(plt, out_dir: Path, runs: list[PolicySummary]) -> Path:
     return save_figure(fig, out_dir / "memory_over_time.png")
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """Lay the figure out (tight_layout, unless it has a layout engine of its own) and write it as a PNG,
     atomically."""
     if fig.get_layout_engine() is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from airq_cli import UserError
+from device_emulation.arm import emulated_bridge_command
 from firmware_bridge.client import BridgeClient
 from firmware_bridge.keys import ClientCurve, KeyFileError
 from firmware_bridge.launcher import BridgeProcess
@@ -48,8 +49,6 @@ class BridgeSession:
             actuator = ["--actuator", "mavlink", "--fc", target.fc] if target.fc else ["--actuator", "mock"]
             self.process = BridgeProcess(["--threads", str(target.threads), *actuator])
             if target.device_arch == "aarch64":
-                from device_emulation.arm import emulated_bridge_command  # prepares (or reuses) the arm64 root fs
-
                 self.process.args = emulated_bridge_command(self.process.args[1:])
             self.process.args = target.profile.launch_prefix() + self.process.args
             endpoint = self.process.start().endpoint

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-from collections.abc import Collection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,20 +57,6 @@ HEAVY = {
     "ale_py": "the study extra (registers the Atari envs)",
     "pybullet_envs_gymnasium": "the locomotion extra",
     "tqdm": "optional: airq_cli imports only the standard library, and nav_env runs without tqdm",
-}
-
-# hil/ is being rewritten: its current function-body imports that neither HEAVY nor a comment allow, by (file,
-# import). Remove an entry when its import moves to the top (or gets its `deferred:` comment); add none.
-HIL_PENDING = {
-    ("hil/bench.py", "from firmware_bridge.bench import EchoProcess"),
-    ("hil/bench.py", "from firmware_bridge.device import cpu_model, package_versions"),
-    ("hil/bench.py", "from firmware_bridge.device import cpu_model, format_versions, package_versions"),
-    ("hil/bench.py", "from firmware_bridge.int8_kernels import int8_kernels"),
-    ("hil/report.py", "from nav_env.config import load_level"),
-    ("hil/report.py", "from nav_env.render import episode_title, save_episode_png"),
-    ("hil/run.py", "from device_emulation.arm import emulated_bridge_command"),
-    ("hil/run.py", "from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning"),
-    ("hil/run.py", "from firmware_bridge.int8_kernels import Int8Kernels"),
 }
 
 MARK = "deferred:"
@@ -130,7 +115,7 @@ def marked(node: Import, comments: dict[int, str], own_lines: set[int], import_l
     return False
 
 
-def unexplained(source: str, path: str, pending: Collection[tuple[str, str]] = ()) -> list[str]:
+def unexplained(source: str, path: str) -> list[str]:
     """``path:line: import`` for each import inside a function body of ``source`` that nothing allows."""
     tree = ast.parse(source, path)
     comments = comment_lines(source)
@@ -141,9 +126,7 @@ def unexplained(source: str, path: str, pending: Collection[tuple[str, str]] = (
     return [
         f"{path}:{node.lineno}: {ast.unparse(node)}"
         for node in body_imports(tree)
-        if not is_heavy(node)
-        and not marked(node, comments, own_lines, import_lines)
-        and (path, ast.unparse(node)) not in pending
+        if not is_heavy(node) and not marked(node, comments, own_lines, import_lines)
     ]
 
 
@@ -163,19 +146,11 @@ def body_import_counts(packages: tuple[str, ...] = PACKAGES) -> dict[str, tuple[
 
 
 def test_imports_inside_functions_are_deferred_on_purpose():
-    wrong = [
-        line
-        for path in package_files()
-        for line in unexplained(path.read_text(), str(path.relative_to(REPO)), HIL_PENDING)
-    ]
+    wrong = [line for path in package_files() for line in unexplained(path.read_text(), str(path.relative_to(REPO)))]
     assert not wrong, (
         "imports inside function bodies: move them to the top of the module, or, if the module they import is "
         f"heavy or optional, say so in a `# {MARK} ...` comment on the line above:\n" + "\n".join(wrong)
     )
-
-
-def test_only_hil_has_pending_imports():
-    assert {path.split("/")[0] for path, _ in HIL_PENDING} <= {"hil"}
 
 
 def test_the_check_sees_what_it_should():
@@ -236,12 +211,6 @@ pending = lambda: __import__("json")
         "p/m.py:27: from pkg.fourth import nothing",
         "p/m.py:32: import torch, os",
         "p/m.py:33: from . import sibling",
-        "p/m.py:42: from pkg.late import late",
-        "p/m.py:45: from pkg.inner import deep",
-    ]
-    assert unexplained(source, "p/m.py", {("p/m.py", "import os"), ("p/m.py", "from . import sibling")}) == [
-        "p/m.py:27: from pkg.fourth import nothing",
-        "p/m.py:32: import torch, os",
         "p/m.py:42: from pkg.late import late",
         "p/m.py:45: from pkg.inner import deep",
     ]
