@@ -18,19 +18,9 @@ import io
 import tokenize
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "airq_cli",
-    "firmware_bridge",
-    "nav_env",
-    "policies",
-    "quantize",
-    "hil",
-    "device_emulation",
-    "deployment_study",
-    "actorq",
-    "quarl",
-)
+from tests.test_architecture import ALL, REPO
+
+PACKAGES = tuple(sorted(ALL))
 
 # Packages a function may import without a comment: heavy (their import costs a CLI's --help or a bad flag's
 # one-line error most of a second or more; tests/test_cli_contract.py checks several) or optional (an extra, or a

@@ -28,10 +28,10 @@ from nav_env.config import ConfigError, load_level
 from nav_env.env import NavEnv
 from nav_env.vector import NavVectorEnv
 from policies.config import TrainConfig
+from tests.test_architecture import ALL
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("airq_cli", "firmware_bridge", "nav_env", "policies", "quantize", "hil", "device_emulation",
-            "deployment_study", "actorq", "quarl")  # fmt: skip
+PACKAGES = tuple(sorted(ALL))
 REGISTRY = REPO / "nav_env" / "backends.py"
 POLICY = REPO / "models" / "policy1_int8.onnx"
 
