@@ -452,12 +452,11 @@ def _fly_one(
         if sampler:
             sampler.sample("loaded")
         client = BridgeClient(bridge.endpoint, timeout_s=c.request_timeout_s, retries=1)
-        hello = client.hello()
-        policy = hello.get("policy") or {}
+        policy = client.hello().policy
         row.loaded = True
         row.bridge_pid = bridge.pid
-        row.policy_load_s = (policy.get("load_time_ns") or 0) / 1e9
-        row.policy_rss_delta_bytes = policy.get("rss_delta_bytes")
+        row.policy_load_s = ((policy and policy.load_time_ns) or 0) / 1e9
+        row.policy_rss_delta_bytes = None if policy is None else policy.rss_delta_bytes
         status0 = client.status()
         row.rss_after_load_bytes, row.peak_rss_after_load_bytes = (
             status0.get("rss_bytes"),

@@ -663,7 +663,7 @@ def timing_pass(
                 proc.args = (profile.launch_prefix() if profile else []) + proc.args
                 processes.append(proc.start())
                 client = BridgeClient(proc.endpoint, timeout_s=30.0)
-                sizes[m.path] = client.load_policy(m.path).get("size_bytes")
+                sizes[m.path] = client.load_policy(m.path).size_bytes
                 clients[m.path] = client
         else:
             host = args.host or ""
@@ -675,7 +675,7 @@ def timing_pass(
             for m in order:
                 client = clients[m.path]
                 if not args.sim_only:
-                    sizes[m.path] = client.load_policy(m.path).get("size_bytes")
+                    sizes[m.path] = client.load_policy(m.path).size_bytes
                 for o in (
                     obs[: args.timing_acts]
                     if len(obs) >= args.timing_acts

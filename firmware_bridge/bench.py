@@ -37,7 +37,7 @@ import numpy as np
 import zmq
 
 from firmware_bridge.cli import EXIT_FAILURE, READY_PREFIX, OneLineArgumentParser, error_line, fail, positive_int
-from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError, BridgeRefused
+from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError, BridgeRefused, PolicyInfo
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, pack, unpack
 from firmware_bridge.toy_policy import build_mlp_policy
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 loaded = client.load_policy(model, name="bench")
             except BridgeRefused as exc:
                 fail(f"bridge refused the policy: {exc.code}: {exc.detail}", prog=PROG)
-            obs_dim = loaded["obs_dim"]
+            obs_dim = loaded.obs_dim
             rng = np.random.default_rng(0)
             observations = [rng.standard_normal(obs_dim).astype(np.float32) for _ in range(OBS_POOL)]
             acts: list[Samples] = []
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_report(
-    args: Any, model_label: str, loaded: dict, samples: Samples, baseline: np.ndarray | None, status: dict
+    args: Any, model_label: str, loaded: PolicyInfo, samples: Samples, baseline: np.ndarray | None, status: dict
 ) -> dict:
     overhead = samples.rtt_ns - samples.infer_ns
     report: dict[str, Any] = {
@@ -253,9 +253,9 @@ def build_report(
         "spin_us": args.spin_us,
         "threads": args.threads,
         "policy": model_label,
-        "policy_bytes": loaded["size_bytes"],
-        "obs_dim": loaded["obs_dim"],
-        "action_space": loaded["action_space"],
+        "policy_bytes": loaded.size_bytes,
+        "obs_dim": loaded.obs_dim,
+        "action_space": loaded.action_space,
         "round_trip_us": _percentiles_us(samples.rtt_ns),
         "device_inference_us": _percentiles_us(samples.infer_ns),
         "device_handler_minus_inference_us": _percentiles_us(samples.handler_ns - samples.infer_ns),

@@ -61,10 +61,11 @@ import os
 import socket as pysocket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import zmq
@@ -107,6 +108,7 @@ SPIN_BACKOFF_MAX = 256
 _POLLIN = zmq.POLLIN
 _EVENTS = zmq.EVENTS  # an int option; pyzmq types every getsockopt() as int | bytes, hence cast(int, ...) below
 _sched_yield = getattr(os, "sched_yield", lambda: None)
+Parsed = TypeVar("Parsed")
 
 
 class BridgeError(Exception):
@@ -208,6 +210,104 @@ class ActResult:
         return self.rtt_ns - self.infer_ns
 
 
+class ReplyFieldError(ValueError):
+    """A reply lacks a field the client reads, or holds it with another type than docs/protocol.md gives."""
+
+
+def required_field(reply: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``reply[key]``, which must be there and of ``kind`` (a bool is not an int here)."""
+    if key not in reply:
+        raise ReplyFieldError(f"lacks field {key!r}")
+    return optional_field(reply, key, kind)
+
+
+def optional_field(reply: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """``reply[key]`` if present and not nil (else None), of ``kind``."""
+    value = reply.get(key)
+    if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is int)):
+        raise ReplyFieldError(f"has field {key!r} of type {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """A policy loaded on the bridge: load_policy's reply, and the ``policy`` of hello (docs/protocol.md 4.2).
+    The fields are what the host reads; ``reply`` is the map as the bridge sent it, for logs that keep it whole."""
+
+    sha256: str
+    size_bytes: int
+    obs_dim: int
+    action_space: str  # "discrete:N" or "box:N"
+    name: str  # "" if the bridge sent none
+    load_time_ns: int | None
+    rss_delta_bytes: int | None  # None: the bridge could not measure it
+    metadata: dict[str, str]  # the model's metadata_props, {} if none
+    replaced_sha256: str | None  # the policy this upload replaced (load_policy only; None in hello)
+    reply: dict[str, Any]
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> PolicyInfo:
+        """Parse the bridge's map; ReplyFieldError if sha256, size_bytes, obs_dim or action_space is missing, or a field is
+        of the wrong type."""
+        return cls(
+            sha256=required_field(reply, "sha256", str),
+            size_bytes=required_field(reply, "size_bytes", int),
+            obs_dim=required_field(reply, "obs_dim", int),
+            action_space=required_field(reply, "action_space", str),
+            name=optional_field(reply, "name", str) or "",
+            load_time_ns=optional_field(reply, "load_time_ns", int),
+            rss_delta_bytes=optional_field(reply, "rss_delta_bytes", int),
+            metadata=optional_field(reply, "metadata", dict) or {},
+            replaced_sha256=optional_field(reply, "replaced_sha256", str),
+            reply=reply,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The reply as the bridge sent it (run.jsonl's ``policy_loaded`` event logs it so)."""
+        return self.reply
+
+
+@dataclass(frozen=True, slots=True)
+class HelloReply:
+    """The bridge's answer to hello (docs/protocol.md 4.1): the fields the host reads, and ``reply``, the map as
+    the bridge sent it."""
+
+    version: int  # the negotiated protocol version, one of SUPPORTED_VERSIONS
+    bridge_version: str | None
+    device: dict[str, Any] | None  # hostname, board, cores, int8_kernels, ...: reports copy it whole
+    threads: int | None  # onnxruntime intra-op threads
+    actuator: str | None  # the actuator kind, e.g. "mock"
+    max_message_bytes: int | None  # None: the bridge states no limit
+    max_model_bytes: int | None  # None: a bridge older than chunked uploads, whose limit is max_message_bytes
+    policy: PolicyInfo | None  # the loaded policy, None if none is
+    reply: dict[str, Any]
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> HelloReply:
+        """Parse the bridge's map; ReplyFieldError if ``version`` is missing, a field is of the wrong type or the
+        ``policy`` lacks a field PolicyInfo needs."""
+        policy = optional_field(reply, "policy", dict)
+        try:
+            info = None if policy is None else PolicyInfo.from_reply(policy)
+        except ReplyFieldError as exc:
+            raise ReplyFieldError(f"has a 'policy' that {exc}") from None
+        return cls(
+            version=required_field(reply, "version", int),
+            bridge_version=optional_field(reply, "bridge_version", str),
+            device=optional_field(reply, "device", dict),
+            threads=optional_field(reply, "threads", int),
+            actuator=optional_field(reply, "actuator", str),
+            max_message_bytes=optional_field(reply, "max_message_bytes", int),
+            max_model_bytes=optional_field(reply, "max_model_bytes", int),
+            policy=info,
+            reply=reply,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The reply as the bridge sent it."""
+        return self.reply
+
+
 def resolve_host(host: str, port: int, timeout_s: float) -> None:
     """Raise OSError/TimeoutError if ``host`` doesn't resolve within timeout_s.
 
@@ -289,7 +389,7 @@ class BridgeClient:
         self.act_rtt_ewma_ns = 0.0  # typical act round trip (moving average over ~8 acts)
         self._spin_skip = 0  # coming waits that block at once (contention backoff)
         self._spin_backoff = 1
-        self.hello_reply: dict[str, Any] | None = None
+        self.hello_reply: HelloReply | None = None
         self._seq = 0
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket | None = None
@@ -635,7 +735,7 @@ class BridgeClient:
 
     # ------------------------------------------------------------------ API
 
-    def hello(self, timeout_s: float | None = None) -> dict[str, Any]:
+    def hello(self, timeout_s: float | None = None) -> HelloReply:
         """Negotiate the protocol version; returns device info, limits and the loaded policy.
         ``timeout_s``: per attempt, instead of the client's (a caller with a deadline bounds the retries)."""
         reply, _ = self._call(MsgType.HELLO, timeout_s, versions=list(SUPPORTED_VERSIONS), client=self.client_name)
@@ -643,8 +743,17 @@ class BridgeClient:
             raise BridgeProtocolError(
                 self.endpoint, f"bridge at {self.endpoint} chose unsupported protocol version {reply.get('version')!r}"
             )
-        self.hello_reply = reply
-        return reply
+        self.hello_reply = self._parsed(HelloReply.from_reply, reply, MsgType.HELLO)
+        return self.hello_reply
+
+    def _parsed(self, parse: Callable[[dict[str, Any]], Parsed], reply: dict[str, Any], request_type: str) -> Parsed:
+        """``parse(reply)``, a reply without a field the client reads being a BridgeProtocolError."""
+        try:
+            return parse(reply)
+        except ReplyFieldError as exc:
+            raise BridgeProtocolError(
+                self.endpoint, f"bridge at {self.endpoint} answered {request_type} with a reply that {exc}"
+            ) from None
 
     def reliability_counters(self) -> dict[str, int]:
         self._drain_monitor()
@@ -656,7 +765,7 @@ class BridgeClient:
             "disconnects": self.disconnects,
         }
 
-    def load_policy(self, path_or_bytes: str | Path | bytes, name: str | None = None) -> dict[str, Any]:
+    def load_policy(self, path_or_bytes: str | Path | bytes, name: str | None = None) -> PolicyInfo:
         """Upload an ONNX policy; returns its summary (sha256, obs_dim, action space, load time...)."""
         if isinstance(path_or_bytes, bytes):
             onnx_bytes, label = path_or_bytes, name or ""
@@ -668,10 +777,10 @@ class BridgeClient:
                 raise BridgeError(self.endpoint, f"cannot read policy {path}: {exc.strerror or exc}") from None
             label = name or path.name
         hello = self.hello_reply or self.hello()
-        message_limit = hello.get("max_message_bytes")
+        message_limit = hello.max_message_bytes
         # A bridge older than chunked uploads reports no max_model_bytes: its message limit is the model's.
-        model_limit = hello.get("max_model_bytes", message_limit)
-        if isinstance(model_limit, int) and len(onnx_bytes) > model_limit:
+        model_limit = message_limit if hello.max_model_bytes is None else hello.max_model_bytes
+        if model_limit is not None and len(onnx_bytes) > model_limit:
             # Checked here too: past the bridge's transport limit it could only drop the connection.
             raise BridgeRefused(
                 self.endpoint,
@@ -680,10 +789,11 @@ class BridgeClient:
                 MsgType.LOAD_POLICY,
             )
         digest = sha256_hex(onnx_bytes)
-        if not isinstance(message_limit, int) or len(onnx_bytes) + UPLOAD_ENVELOPE_BYTES <= message_limit:
+        if message_limit is None or len(onnx_bytes) + UPLOAD_ENVELOPE_BYTES <= message_limit:
             reply, _ = self._call(MsgType.LOAD_POLICY, self.load_timeout_s, onnx=onnx_bytes, sha256=digest, name=label)
-            return reply
-        return self._upload_in_chunks(onnx_bytes, digest, label, message_limit - UPLOAD_ENVELOPE_BYTES)
+        else:
+            reply = self._upload_in_chunks(onnx_bytes, digest, label, message_limit - UPLOAD_ENVELOPE_BYTES)
+        return self._parsed(PolicyInfo.from_reply, reply, MsgType.LOAD_POLICY)
 
     def _upload_in_chunks(self, onnx_bytes: bytes, digest: str, label: str, chunk_bytes: int) -> dict[str, Any]:
         """docs/protocol.md 4.2: chunks in order; the last one's reply is the loaded policy's summary.

@@ -199,7 +199,7 @@ class ControlLink:
         connections = self.client.connection_count()
         hello = self.client.hello(timeout_s)
         self.stats.policy_verifications += 1
-        loaded = (hello.get("policy") or {}).get("sha256")
+        loaded = None if hello.policy is None else hello.policy.sha256
         if loaded != self.policy.sha256:
             self._upload(reason="bridge lost the policy" if loaded is None else f"bridge runs another policy {loaded}")
         self._verified_connections = connections
@@ -209,10 +209,8 @@ class ControlLink:
     def _upload(self, reason: str) -> None:
         assert self.policy is not None
         reply = self.client.load_policy(self.policy.onnx, name=self.policy.name)
-        if reply.get("sha256") != self.policy.sha256:
-            raise BridgeError(
-                self.client.endpoint, f"bridge loaded sha256 {reply.get('sha256')}, sent {self.policy.sha256}"
-            )
+        if reply.sha256 != self.policy.sha256:
+            raise BridgeError(self.client.endpoint, f"bridge loaded sha256 {reply.sha256}, sent {self.policy.sha256}")
         self.stats.policy_uploads += 1
         self.episode_outage = True  # the bridge restarted under this episode
         self.emit("policy_reuploaded", reason=reason, sha256=self.policy.sha256)

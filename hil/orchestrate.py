@@ -169,19 +169,18 @@ class Flights:
             hello = client.hello()
             load = client.load_policy(onnx, name=Path(path).name)
             # model size, load time: for a rebuilt summary
-            log_event(event_record("policy_loaded", policy=path, policy_index=index, load=load))
-            warning = _int8_warning(path, load.get("metadata") or {}, (hello.get("device") or {}).get("int8_kernels"))
+            log_event(event_record("policy_loaded", policy=path, policy_index=index, load=load.to_json()))
+            warning = _int8_warning(path, load.metadata, (hello.device or {}).get("int8_kernels"))
             if warning is not None and warning not in self._warned:
                 self._warned.add(warning)
                 self.progress.note(f"warning: {warning}")
-            if load.get("obs_dim") not in (None, cfg.obs_dim):
+            if load.obs_dim != cfg.obs_dim:
                 raise UserError(
-                    f"policy {path} takes {load.get('obs_dim')} observations but level {cfg.level!r} gives {cfg.obs_dim}"
+                    f"policy {path} takes {load.obs_dim} observations but level {cfg.level!r} gives {cfg.obs_dim}"
                 )
-            if load.get("sha256") != sha256_hex(onnx):
+            if load.sha256 != sha256_hex(onnx):
                 raise BridgeError(
-                    client.endpoint,
-                    f"bridge reports sha256 {load.get('sha256')} for {path}, expected {sha256_hex(onnx)}",
+                    client.endpoint, f"bridge reports sha256 {load.sha256} for {path}, expected {sha256_hex(onnx)}"
                 )
             deadline_s = setup.deadline_s
             if self._env is None:
@@ -226,7 +225,13 @@ class Flights:
         return PolicyResult(
             summarize_run(path, rec, load, prior_rows=prior_rows, deadline_s=setup.deadline_s),
             rec,
-            device={k: hello.get(k) for k in ("device", "bridge_version", "version", "threads", "actuator")},
+            device={
+                "device": hello.device,
+                "bridge_version": hello.bridge_version,
+                "version": hello.version,
+                "threads": hello.threads,
+                "actuator": hello.actuator,
+            },
             warning=warning,
             timing=None if timing.latency is None else timing.describe(),
         )

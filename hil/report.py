@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from airq_cli import write_atomic, write_json
+from firmware_bridge.client import PolicyInfo
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
 from nav_env.backends import get_backend
@@ -120,11 +121,12 @@ class PolicySummary:
 def summarize_run(
     name: str,
     rec: LoopRecord,
-    load: dict[str, Any],
+    load: PolicyInfo | None,
     prior_rows: list[dict[str, Any]] | None = None,
     deadline_s: float | None = None,
 ) -> PolicySummary:
-    """One policy's summary. ``prior_rows``: episodes flown before a --resume (from the run log).
+    """One policy's summary. ``load``: the bridge's load_policy reply (None: no reply known, the policy's sha256,
+    size and observation length are then None). ``prior_rows``: episodes flown before a --resume (from the run log).
     Reliability counts, latency and the act rate add up every session: the earlier ones from their
     per-episode rows (which carry counter shares and latency samples; rows logged before they did
     add nothing). Memory and device counters are this session's, or the rows' samples if it flew
@@ -149,10 +151,10 @@ def summarize_run(
     misses = rec.deadline_misses + _prior(prior, "failsafe_steps")
     return PolicySummary(
         policy=name,
-        sha256=load.get("sha256"),
-        model_bytes=load.get("size_bytes"),
-        obs_dim=load.get("obs_dim"),
-        load_ms=load.get("load_ms"),
+        sha256=None if load is None else load.sha256,
+        model_bytes=None if load is None else load.size_bytes,
+        obs_dim=None if load is None else load.obs_dim,
+        load_ms=None,  # the bridge's reply has no load_ms (it reports load_time_ns), so the key is null
         outcomes=summarize(episodes),
         steps=steps,
         acts=acts,

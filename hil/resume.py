@@ -15,11 +15,12 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, UserError, json_text, output_dir
+from firmware_bridge.client import PolicyInfo, ReplyFieldError
 from firmware_bridge.protocol import sha256_hex
 from hil.args import RunArgs
 from hil.loop import LoopRecord
@@ -173,8 +174,12 @@ class EarlierSessions:
         end = self.ends.get(index)
         if end is not None and end.get("episodes") == [r["episode"] for r in rows]:
             return PolicySummary.from_json(end["summary"] | {"episodes": [report_row(r) for r in rows]})
-        load = {"sha256": sha256_hex(onnx), "size_bytes": len(onnx)} | self.loads.get(index, {})
-        return summarize_run(path, LoopRecord(), load, prior_rows=rows, deadline_s=deadline_s)
+        try:
+            load = PolicyInfo.from_reply(self.loads[index]) if index in self.loads else None
+        except ReplyFieldError:  # a log line cut short: the policy's file says its sha256 and size
+            load = None
+        summary = summarize_run(path, LoopRecord(), load, prior_rows=rows, deadline_s=deadline_s)
+        return summary if load is not None else replace(summary, sha256=sha256_hex(onnx), model_bytes=len(onnx))
 
 
 def start_log(

@@ -28,6 +28,7 @@ from firmware_bridge.client import (
     BridgeRefused,
     BridgeUnreachable,
     BridgeUnresolvable,
+    HelloReply,
 )
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import ErrorCode, pack, sha256_hex, unpack
@@ -64,13 +65,13 @@ def reference_action(model: bytes, obs: np.ndarray) -> tuple[int, np.ndarray]:
 
 def test_hello_load_act_status_reset(client: BridgeClient, model: bytes, tmp_path: Path) -> None:
     hello = client.hello()
-    assert hello["version"] == 1 and hello["device"]["hostname"] == socket.gethostname()
+    assert hello.version == 1 and hello.device is not None and hello.device["hostname"] == socket.gethostname()
 
     path = tmp_path / "toy.onnx"
     path.write_bytes(model)
     loaded = client.load_policy(path)
-    assert loaded["sha256"] == sha256_hex(model) and loaded["obs_dim"] == OBS_DIM and loaded["name"] == "toy.onnx"
-    assert client.load_policy(model, name="again")["replaced_sha256"] == sha256_hex(model)  # bytes work too
+    assert loaded.sha256 == sha256_hex(model) and loaded.obs_dim == OBS_DIM and loaded.name == "toy.onnx"
+    assert client.load_policy(model, name="again").replaced_sha256 == sha256_hex(model)  # bytes work too
 
     rng = np.random.default_rng(0)
     seqs = []
@@ -127,7 +128,7 @@ def test_policy_larger_than_a_message_goes_up_in_chunks(model: bytes) -> None:
         BridgeClient(small.endpoint, timeout_s=5.0) as client,
     ):
         loaded = client.load_policy(model)
-        assert loaded["sha256"] == sha256_hex(model) and loaded["size_bytes"] == len(model)
+        assert loaded.sha256 == sha256_hex(model) and loaded.size_bytes == len(model)
         chunks = -(-len(model) // (4096 - UPLOAD_ENVELOPE_BYTES))
         assert client.status()["counters"]["requests"] == 2 + chunks + 1  # two hellos, the chunks, this status
         assert client.act(np.zeros(OBS_DIM)).action == reference_action(model, np.zeros(OBS_DIM))[0]
@@ -325,7 +326,7 @@ def test_act_within_misses_on_time_and_drops_the_late_reply() -> None:
     endpoint, stop, thread = scripted_peer(slow_first_act)
     try:
         with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client:
-            client.hello_reply = {"max_message_bytes": 1 << 20}
+            client.hello_reply = HelloReply.from_reply({"version": 1, "max_message_bytes": 1 << 20})
             # act only once connected: before that the act fails fast (no pipe), not at its deadline
             wait_until = time.monotonic() + 5.0
             while client.connection_count() < 1 and time.monotonic() < wait_until:

@@ -23,7 +23,8 @@ INT8_MIN_AGREEMENT = 0.995
 
 
 def test_emulated_bridge_is_aarch64_with_the_same_releases(native_bridge, emulated_bridge, emulated_cpu):
-    native, emulated = native_bridge.hello()["device"], emulated_bridge.hello()["device"]
+    native, emulated = native_bridge.hello().device, emulated_bridge.hello().device
+    assert native is not None and emulated is not None
     assert emulated["machine"] == "aarch64" and native["machine"] != "aarch64"
     assert emulated_cpu.replace("cortex-a", "Cortex-A") in emulated["cpu_model"]
     for key in ("onnxruntime_version", "numpy_version", "pyzmq_version", "msgpack_version", "bridge_version"):
@@ -46,7 +47,7 @@ def test_same_actions_and_logits(policies, recorded_obs, native_bridge, emulated
     for p in policies:
         for client in (native_bridge, emulated_bridge):
             info = client.load_policy(p.path)
-            assert info["action_kind"] == "discrete" and info["obs_dim"] == recorded_obs.shape[1]
+            assert info.action_space.startswith("discrete:") and info.obs_dim == recorded_obs.shape[1]
         a_nat, l_nat, rtt_nat = run_all(native_bridge, recorded_obs)
         a_emu, l_emu, rtt = run_all(emulated_bridge, recorded_obs)
         if p.precision == "fp32" and reference is None:

@@ -153,7 +153,9 @@ def test_bridge_runs_with_memory_deny_write_execute(tmp_path):
         line = process.stdout.readline()
         assert line.startswith(READY_PREFIX), line
         with BridgeClient(line[len(READY_PREFIX) :].strip(), timeout_s=10.0) as client:
-            obs_dim = client.hello()["policy"]["obs_dim"]
+            policy = client.hello().policy
+            assert policy is not None
+            obs_dim = policy.obs_dim
             assert isinstance(client.act(np.zeros(obs_dim, np.float32)).action, int)
             client.load_policy(models / "policy1_fp32.onnx")
             assert isinstance(client.act(np.ones(obs_dim, np.float32)).action, int)

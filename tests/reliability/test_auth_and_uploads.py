@@ -77,7 +77,8 @@ def status_of(bridge: BridgeProcess, keys: Path) -> dict:
 
 def test_allowed_key_works(secure_bridge: BridgeProcess, keys: Path, model: bytes) -> None:
     with host_client(secure_bridge, keys, timeout_s=5.0) as client:
-        assert client.hello()["policy"]["sha256"] == sha256_hex(model)
+        policy = client.hello().policy
+        assert policy is not None and policy.sha256 == sha256_hex(model)
         result = client.act(np.zeros(DIM, np.float32))
         assert isinstance(result.action, int)
 

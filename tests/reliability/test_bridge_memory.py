@@ -123,7 +123,7 @@ def test_large_model_uploads_in_chunks_through_one_bounded_buffer(tmp_path: Path
         squatter = attack(port_of(bridge), 1, FRAME_LIMIT)
         try:
             loaded = client.load_policy(big, name="big")
-            assert loaded["sha256"] == sha256_hex(big) and loaded["received"] == len(big)
+            assert loaded.sha256 == sha256_hex(big) and loaded.reply["received"] == len(big)
             assert client.status()["peers"]["upload_staged_bytes"] == 0
         finally:
             for peer in squatter:

@@ -29,7 +29,7 @@ def test_restarted_bridge_with_another_policy_gets_ours_back(tmp_path: Path) -> 
         BridgeProcess(["--policy", str(tmp_path / "theirs.onnx")]) as bridge,
         BridgeClient(bridge.endpoint, timeout_s=2.0, retries=1) as client,
     ):
-        assert client.load_policy(ours)["sha256"] == sha256_hex(ours)
+        assert client.load_policy(ours).sha256 == sha256_hex(ours)
         link = ControlLink(client, deadline_s=0.5, policy=PolicyUpload(ours, "ours.onnx"), on_event=events.append)
         link.free_running = False
         applied = misses = 0
