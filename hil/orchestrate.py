@@ -144,7 +144,11 @@ class Flights:
         took (report.json's ``vehicle``); None on a simulator."""
         if not isinstance(self._env, AutopilotNavEnv):
             return None
-        return {**self._env.describe(), "preflight": self._preflights, "bridge_actuator": self._autopilot_status}
+        return {
+            **self._env.describe().to_json(),
+            "preflight": self._preflights,
+            "bridge_actuator": self._autopilot_status,
+        }
 
     def fly_policy(
         self, index: int, onnx: bytes, episodes: list[int], prior_rows: list[dict[str, Any]]

@@ -26,7 +26,7 @@ import struct
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,26 @@ def rot_z(angle: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
+@dataclass(frozen=True, slots=True)
+class VehicleDescription:
+    """Which autopilot, firmware and frame flew, over which link, and how fast its clock ran (report.json's
+    ``vehicle``, whose keys are these fields in this order)."""
+
+    autopilot: str | None  # "ardupilot" or "px4"; None until its heartbeat is heard
+    firmware: str | None  # major.minor.patch
+    firmware_git: str | None
+    frame: str | None  # MAV_TYPE without its prefix, e.g. QUADROTOR
+    frame_params: dict[str, float]
+    telemetry: str  # the ground station's MAVLink endpoint
+    telemetry_hz: float
+    speedup: float | None  # the autopilot's clock against the host's; None: not measured yet
+    settle_s_mean: float | None  # mean wait for the vehicle to settle between episodes; None: none waited
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as a map, in their order."""
+        return asdict(self)
+
+
 class AutopilotNavEnv(TaskEnv):
     """The nav_env task on an autopilot's vehicle; see the module docstring for the contract.
 
@@ -330,21 +350,21 @@ class AutopilotNavEnv(TaskEnv):
             s.info(0, bool(collision[0]), bool(success[0])),
         )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> VehicleDescription:
         """Which autopilot, firmware and frame flew, over which link, and how fast its clock ran."""
         t = self.telemetry
         f, speedup = t.state, t.speedup()
-        return {
-            "autopilot": f.autopilot,
-            "firmware": f.firmware,
-            "firmware_git": f.firmware_git,
-            "frame": f.mav_type,
-            "frame_params": dict(t.frame_params),
-            "telemetry": t.endpoint,
-            "telemetry_hz": t.telemetry_hz,
-            "speedup": None if speedup is None else round(speedup, 3),
-            "settle_s_mean": round(float(np.mean(self.settle_s)), 3) if self.settle_s else None,
-        }
+        return VehicleDescription(
+            autopilot=f.autopilot,
+            firmware=f.firmware,
+            firmware_git=f.firmware_git,
+            frame=f.mav_type,
+            frame_params=dict(t.frame_params),
+            telemetry=t.endpoint,
+            telemetry_hz=t.telemetry_hz,
+            speedup=None if speedup is None else round(speedup, 3),
+            settle_s_mean=round(float(np.mean(self.settle_s)), 3) if self.settle_s else None,
+        )
 
     def close(self) -> None:
         t: Telemetry | None = getattr(self, "telemetry", None)  # None: __init__ failed before the link opened

@@ -69,7 +69,7 @@ def test_the_episode_is_placed_on_the_vehicle_and_time_is_the_autopilots(peer):
         assert float(moved[:2] @ heading) > 0.5 and abs(heading[0] * moved[1] - heading[1] * moved[0]) < 0.05
         assert env.time_ms - t0 == pytest.approx(1000, abs=25)  # ten 0.1 s periods
         assert env.sim.flight_time[0] == pytest.approx(1.0, abs=0.025)
-        assert env.describe()["speedup"] == pytest.approx(1.0, abs=0.1)
+        assert env.describe().speedup == pytest.approx(1.0, abs=0.1)
     finally:
         actuator.close()
         env.close()
