@@ -154,7 +154,7 @@ def summarize_run(
         sha256=None if load is None else load.sha256,
         model_bytes=None if load is None else load.size_bytes,
         obs_dim=None if load is None else load.obs_dim,
-        load_ms=None,  # the bridge's reply has no load_ms (it reports load_time_ns), so the key is null
+        load_ms=None if load is None or load.load_time_ns is None else round(load.load_time_ns / 1e6, 3),
         outcomes=summarize(episodes),
         steps=steps,
         acts=acts,
