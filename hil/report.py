@@ -358,8 +358,8 @@ def _trajectory_png(
     if report.vehicle:
         v = report.vehicle
         subtitle += f", flown by {v.get('autopilot')} {v.get('firmware')} (the arena placed on its start pose)"
-    elif not get_backend(report.backend).is_default:
-        subtitle += f", {get_backend(report.backend).world}"
+    elif not (backend := get_backend(report.backend)).is_default:
+        subtitle += f", {backend.world}"
     if row.get("path_length") is not None:
         subtitle += (
             f"; path flown {row['path_length']:.1f} m, start to goal {row['start_distance']:.1f} m in a straight line"
