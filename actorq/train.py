@@ -28,6 +28,7 @@ import os
 import platform
 import sys
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from actorq.errors import ActorQError
 from actorq.tasks import TASKS, Exploration, calibration_observations, evaluate, hidden_sizes, io_sizes, make_env, spec
 from actorq.versions import PRECISIONS
 from airq_cli import ArgumentParser, Progress, defaults_from, output_dir, run, write_atomic, write_json
+from airq_cli.journal import Journal, repair_journal
 from firmware_bridge.device import cpu_model
 from firmware_bridge.int8_kernels import int8_kernels
 from policies.config import TrainConfig
@@ -291,14 +293,17 @@ class Run:
         previous: list[tuple[Any, Any]] = []  # the last round's (summary, transitions ref) per actor
         rows: list[dict] = []
         self.staleness: list[np.ndarray] = []
-        metrics = self.dir / "metrics.jsonl"
-        if not a.resume:
-            metrics.unlink(missing_ok=True)
+        metrics_path = self.dir / "metrics.jsonl"
+        if a.resume:
+            repair_journal(metrics_path)  # a round's line torn by the kill that stopped the last session
+        else:
+            metrics_path.unlink(missing_ok=True)
+        metrics = Journal(metrics_path)
         bar = Progress(
             a.steps, f"actorq {a.task} {a.precision}", unit="step", initial=state.env_steps, quiet=not a.progress
         )
         next_eval = (state.env_steps // a.eval_every + 1) * a.eval_every
-        with bar:
+        with bar, closing(metrics):
             while state.env_steps < a.steps:
                 t_round = time.perf_counter()
                 steps = min(a.rollout_steps, math.ceil((a.steps - state.env_steps) / a.actors))
@@ -339,8 +344,7 @@ class Run:
                 state.training_s += round_s
                 row = self._round_row(state, results, train_stats, round_s, exploration)
                 rows.append(row)
-                with open(metrics, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                metrics.append(row)
                 self.learner.log.remote(
                     {f"actorq/{k}": v for k, v in row.items() if isinstance(v, float)}, state.env_steps
                 )

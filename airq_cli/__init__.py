@@ -29,7 +29,7 @@ from airq_cli.contract import (
     run,
 )
 from airq_cli.files import MISSING, json_text, jsonable, known_fields, shown, write_atomic, write_json
-from airq_cli.parser import ArgumentParser, HelpFormatter, defaults_from
+from airq_cli.parser import ArgumentParser, HelpFormatter, add_arguments, arg, defaults_from, flag_of
 from airq_cli.paths import check_output_dir, check_output_file, file_mode, output_dir, output_file
 from airq_cli.progress import Progress, progress
 
@@ -45,6 +45,9 @@ __all__ = [
     "ArgumentParser",
     "HelpFormatter",
     "defaults_from",
+    "add_arguments",
+    "arg",
+    "flag_of",
     "check_output_dir",
     "check_output_file",
     "output_dir",

@@ -6,6 +6,9 @@ import argparse
 import copy
 import dataclasses
 import sys
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, NoReturn
 
@@ -101,3 +104,58 @@ def defaults_from(
         defaults[dest] = str(value) if isinstance(value, PurePath) else value
     parser.set_defaults(**defaults)
     return parser
+
+
+def arg(
+    help: str | None = None,  # noqa: A002 - argparse's name
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    choices: Sequence[str] | None = None,
+    type: Callable[[str], Any] | None = None,  # noqa: A002 - argparse's name
+    required: bool = False,
+) -> dict[str, Any]:
+    """A dataclass field's metadata for :func:`add_arguments`: its flag's help and the rest, written where the
+    field is. ``flag`` when it is not the field's name with dashes; ``type`` when the annotation's is not the
+    check (e.g. ``output_dir``)."""
+    given = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "type": type}
+    return {"arg": {k: v for k, v in given.items() if v is not None} | ({"required": True} if required else {})}
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    """The command-line flag of a dataclass field: its :func:`arg` ``flag``, else ``--`` and its name with dashes."""
+    return str(f.metadata.get("arg", {}).get("flag") or "--" + f.name.replace("_", "-"))
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    skip: Sequence[str] = (),
+    groups: Mapping[str, argparse._ActionsContainer] | None = None,
+) -> argparse.ArgumentParser:
+    """One flag per field of the dataclass ``cls`` (but ``skip``), in field order, written once: its type from the
+    annotation (``X | None`` is X, ``bool`` a switch, ``list[X]`` a repeatable flag), its help and the rest from
+    the field's :func:`arg` metadata, its default from the field (:func:`defaults_from`). ``groups``: the container
+    (e.g. a mutually exclusive group) a field's flag goes into."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        options = dict(f.metadata.get("arg", {}))
+        flag = flag_of(f)
+        options.pop("flag", None)
+        kind = hints[f.name]
+        members = [t for t in typing.get_args(kind) if t is not type(None)]
+        if typing.get_origin(kind) in (types.UnionType, typing.Union) and len(members) == 1:
+            kind = members[0]
+        if kind is bool:
+            options["action"] = "store_true"
+        elif typing.get_origin(kind) is list:
+            options.setdefault("type", typing.get_args(kind)[0])
+            options["action"] = "append"
+        else:
+            options.setdefault("type", kind)
+        options["dest"] = f.name
+        (groups or {}).get(f.name, parser).add_argument(flag, **options)
+    return defaults_from(parser, cls)

@@ -458,10 +458,7 @@ def _fly_one(
         row.policy_load_s = ((policy and policy.load_time_ns) or 0) / 1e9
         row.policy_rss_delta_bytes = None if policy is None else policy.rss_delta_bytes
         status0 = client.status()
-        row.rss_after_load_bytes, row.peak_rss_after_load_bytes = (
-            status0.get("rss_bytes"),
-            status0.get("peak_rss_bytes"),
-        )
+        row.rss_after_load_bytes, row.peak_rss_after_load_bytes = status0.rss_bytes, status0.peak_rss_bytes
         env = make_env(cfg)
         deadline_s = 3600.0 if c.rate_hz is None else default_deadline_s(cfg, c.rate_hz)
         link = ControlLink(client, deadline_s, max_outage_s=max(60.0, c.request_timeout_s * 2))
@@ -519,8 +516,8 @@ def _fly_one(
         row.loop_hz = steps / rec.loop_s if rec.loop_s else None
         row.acts_over_control_deadline = float(np.mean(np.array(rtt_ms) > CONTROL_DEADLINE_MS)) if rtt_ms else None
         row.deadline_misses = rec.deadline_misses
-        row.rss_bytes = rec.status_end.get("rss_bytes")
-        row.peak_rss_bytes = rec.status_end.get("peak_rss_bytes")
+        row.rss_bytes = None if rec.status_end is None else rec.status_end.rss_bytes
+        row.peak_rss_bytes = None if rec.status_end is None else rec.status_end.peak_rss_bytes
         row.rss_min_flying_bytes = min(rss) if rss else None
         row.rss_max_flying_bytes = max(rss) if rss else None
         row.bridge_memory = [BridgeSample(t, r, p) for t, r, p in rec.memory]

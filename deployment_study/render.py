@@ -35,8 +35,8 @@ from deployment_study.seed import label as policy_label
 from device_emulation.profiles import FIGURES, load_profiles
 from firmware_bridge.device import format_versions
 from firmware_bridge.int8_kernels import Int8Kernels
-from hil.report import save_figure
 from nav_env.backends import get_backend
+from nav_env.render import save_figure
 
 # ---------------------------------------------------------------------------------- cells
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from airq_cli import shown, write_atomic
 from deployment_study.memfit_run import MB, MemfitResult, MemfitRow, MemfitRun, mb
-from hil.report import save_figure
+from nav_env.render import save_figure
 
 
 def write_report(result: MemfitResult) -> list[Path]:

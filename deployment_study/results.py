@@ -46,7 +46,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Latency:
-    """Percentiles in microseconds (hil.report.percentiles_us)."""
+    """Percentiles in microseconds (firmware_bridge.bench.percentiles_us)."""
 
     p50: float
     p95: float

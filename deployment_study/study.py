@@ -70,6 +70,7 @@ from airq_cli import (
     write_atomic,
     write_json,
 )
+from airq_cli.journal import read_journal
 from deployment_study import latency_stage, memory_stage, render, render_memfit
 from deployment_study.args import PRECISIONS, SHIPPED, StudyArgs
 from deployment_study.memfit_run import MemfitResult
@@ -94,15 +95,14 @@ from deployment_study.seed import label as policy_label
 from device_emulation import roofline
 from device_emulation.profiles import DeviceProfile, ProfileError, get_profile, load_profiles
 from device_emulation.roofline import MachineFigures
+from firmware_bridge.bench import percentiles_us
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.toy_policy import build_mlp_policy
-from hil.report import percentiles_us
-from hil.resume import read_run_log
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
-from nav_env.backends import make_env
+from nav_env.backends import DEFAULT_BACKEND, make_env
 from nav_env.baselines import HeuristicPolicy
 from nav_env.config import ConfigError, load_level
 from nav_env.stats import wilson_interval
@@ -582,7 +582,7 @@ def _finished_report(cell: Path, paths: list[str], episodes: int, backend: str =
     runs = report.get("runs") or []
     if [r["policy"] for r in runs] != paths or any(len(r["episodes"]) != episodes for r in runs):
         return None
-    if report["args"]["episodes"] != episodes or report.get("backend", "embedded") != backend:
+    if report["args"]["episodes"] != episodes or (report.get("backend") or DEFAULT_BACKEND) != backend:
         return None
     return report
 
@@ -591,7 +591,7 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
     log = cell / "run.jsonl"
     if not log.is_file():
         return False
-    records, _ = read_run_log(log)
+    records, _ = read_journal(log)
     header = next((r for r in records if r.get("kind") == "run"), None)
     if header is None:
         return False
@@ -601,7 +601,7 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
         and old.get("episodes") == args.episodes
         and old.get("seed") == args.seed
         and old.get("level") == level
-        and old.get("backend", "embedded") == args.backend
+        and (old.get("backend") or DEFAULT_BACKEND) == args.backend
         and any(r.get("kind") == "episode" for r in records)
     )
 

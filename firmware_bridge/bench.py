@@ -29,6 +29,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,14 @@ import numpy as np
 import zmq
 
 from firmware_bridge.cli import EXIT_FAILURE, READY_PREFIX, OneLineArgumentParser, error_line, fail, positive_int
-from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError, BridgeRefused, PolicyInfo
+from firmware_bridge.client import (
+    DEFAULT_SPIN_US,
+    BridgeClient,
+    BridgeError,
+    BridgeRefused,
+    BridgeStatus,
+    PolicyInfo,
+)
 from firmware_bridge.launcher import BridgeProcess
 from firmware_bridge.protocol import DEFAULT_MAX_MODEL_BYTES, pack, unpack
 from firmware_bridge.toy_policy import build_mlp_policy
@@ -54,9 +62,13 @@ class Samples:
     handler_ns: np.ndarray  # device send_ns - recv_ns (bridge code + inference)
 
 
-def _percentiles_us(values_ns: np.ndarray) -> dict[str, float]:
-    p50, p95, p99 = np.percentile(values_ns, [50, 95, 99]) / 1e3
-    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(values_ns.mean() / 1e3)}
+def percentiles_us(values_ns: Sequence[int] | np.ndarray) -> dict[str, float]:
+    """Nanosecond samples as microsecond percentiles, mean and maximum (all 0 for no samples)."""
+    if not len(values_ns):
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0, "max": 0.0}
+    a = np.asarray(values_ns, dtype=np.float64) / 1e3
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
 
 
 def run_acts(client: BridgeClient, observations: list[np.ndarray], n: int, warmup: int) -> Samples:
@@ -244,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_report(
-    args: Any, model_label: str, loaded: PolicyInfo, samples: Samples, baseline: np.ndarray | None, status: dict
+    args: Any, model_label: str, loaded: PolicyInfo, samples: Samples, baseline: np.ndarray | None, status: BridgeStatus
 ) -> dict:
     overhead = samples.rtt_ns - samples.infer_ns
     report: dict[str, Any] = {
@@ -256,15 +268,15 @@ def build_report(
         "policy_bytes": loaded.size_bytes,
         "obs_dim": loaded.obs_dim,
         "action_space": loaded.action_space,
-        "round_trip_us": _percentiles_us(samples.rtt_ns),
-        "device_inference_us": _percentiles_us(samples.infer_ns),
-        "device_handler_minus_inference_us": _percentiles_us(samples.handler_ns - samples.infer_ns),
-        "overhead_us": _percentiles_us(overhead),
-        "bridge_rss_bytes": status.get("rss_bytes"),
-        "model_rss_delta_bytes": status.get("model_rss_delta_bytes"),
+        "round_trip_us": percentiles_us(samples.rtt_ns),
+        "device_inference_us": percentiles_us(samples.infer_ns),
+        "device_handler_minus_inference_us": percentiles_us(samples.handler_ns - samples.infer_ns),
+        "overhead_us": percentiles_us(overhead),
+        "bridge_rss_bytes": status.rss_bytes,
+        "model_rss_delta_bytes": status.model_rss_delta_bytes,
     }
     if baseline is not None:
-        report["bare_echo_round_trip_us"] = _percentiles_us(baseline)
+        report["bare_echo_round_trip_us"] = percentiles_us(baseline)
         report["overhead_p50_over_bare_echo_p50"] = float(np.median(overhead) / np.median(baseline))
     return report
 

@@ -170,28 +170,6 @@ def refusal(endpoint: str, reply: dict[str, Any], request_type: str) -> BridgeRe
     return BridgeRefused(endpoint, code, detail, request_type)
 
 
-def describe_status(status: dict[str, Any]) -> str:
-    """A status reply's request counts in one clause: what was received, answered BUSY, dropped and why
-    (docs/protocol.md 4.4; a figure an older bridge does not report is left out)."""
-    counters = status.get("counters") or {}
-    peers = status.get("peers") or {}
-    parts = [f"{counters.get('requests', '?')} requests received (this one included), {counters.get('acts', '?')} acts"]
-    for key, text in (
-        ("busy_replies", "BUSY replies (peer cap full)"),
-        ("replies_dropped_unread", "replies dropped to a peer that did not read them (replies_dropped_unread)"),
-        ("dropped_closed", "requests dropped because their connection had closed (dropped_closed)"),
-        ("replies_dropped_closed", "replies dropped because their connection closed first (replies_dropped_closed)"),
-    ):
-        if key in peers:
-            parts.append(f"{peers[key]} {text}")
-    if "admitted" in peers and "max" in peers:
-        parts.append(f"{peers['admitted']} of {peers['max']} peers admitted")
-    uptime = status.get("uptime_s")
-    if isinstance(uptime, int | float):
-        parts.append(f"up {uptime:.1f} s")
-    return ", ".join(parts)
-
-
 @dataclass(frozen=True, slots=True)
 class ActResult:
     action: int | list[float]
@@ -306,6 +284,60 @@ class HelloReply:
     def to_json(self) -> dict[str, Any]:
         """The reply as the bridge sent it."""
         return self.reply
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeStatus:
+    """The bridge's answer to status (docs/protocol.md 4.4): the fields the host reads, and ``reply``, the map as
+    the bridge sent it (the episode's counters, CPU time, ...). A figure the bridge does not report is None, or an
+    empty map."""
+
+    rss_bytes: int | None
+    peak_rss_bytes: int | None
+    model_rss_delta_bytes: int | None  # the loaded policy's share of rss_bytes, measured around its load
+    uptime_s: float | None
+    counters: dict[str, int]  # since the bridge started: requests, acts, errors, holds, loads, resets
+    peers: dict[str, int]  # the peer table: admitted, max, busy_replies, replies_dropped_unread, ...
+    actuator: dict[str, Any]  # section 7: kind; a MAVLink actuator's link_ok, autopilot, mode, armed, ...
+    reply: dict[str, Any]
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> BridgeStatus:
+        """Parse the bridge's map; ReplyFieldError if a field is of the wrong type."""
+        return cls(
+            rss_bytes=optional_field(reply, "rss_bytes", int),
+            peak_rss_bytes=optional_field(reply, "peak_rss_bytes", int),
+            model_rss_delta_bytes=optional_field(reply, "model_rss_delta_bytes", int),
+            uptime_s=optional_field(reply, "uptime_s", (int, float)),
+            counters=optional_field(reply, "counters", dict) or {},
+            peers=optional_field(reply, "peers", dict) or {},
+            actuator=optional_field(reply, "actuator", dict) or {},
+            reply=reply,
+        )
+
+    def describe(self) -> str:
+        """The request counts in one clause: what was received, answered BUSY, dropped and why (a figure an older
+        bridge does not report is left out)."""
+        counters, peers = self.counters, self.peers
+        parts = [
+            f"{counters.get('requests', '?')} requests received (this one included), {counters.get('acts', '?')} acts"
+        ]
+        for key, text in (
+            ("busy_replies", "BUSY replies (peer cap full)"),
+            ("replies_dropped_unread", "replies dropped to a peer that did not read them (replies_dropped_unread)"),
+            ("dropped_closed", "requests dropped because their connection had closed (dropped_closed)"),
+            (
+                "replies_dropped_closed",
+                "replies dropped because their connection closed first (replies_dropped_closed)",
+            ),
+        ):
+            if key in peers:
+                parts.append(f"{peers[key]} {text}")
+        if "admitted" in peers and "max" in peers:
+            parts.append(f"{peers['admitted']} of {peers['max']} peers admitted")
+        if self.uptime_s is not None:
+            parts.append(f"up {self.uptime_s:.1f} s")
+        return ", ".join(parts)
 
 
 def resolve_host(host: str, port: int, timeout_s: float) -> None:
@@ -686,7 +718,7 @@ class BridgeClient:
         probe._probing = True
         try:
             with probe:
-                return f"the bridge is alive; its status over a new connection says: {describe_status(probe.status())}"
+                return f"the bridge is alive; its status over a new connection says: {probe.status().describe()}"
         except BridgeBusy:
             return "the bridge is alive but answers a new connection BUSY: its peer cap (--max-peers) is full"
         except BridgeUnreachable:
@@ -875,9 +907,9 @@ class BridgeClient:
             return None
         return self._act_result(answered[0], answered[1], seq)
 
-    def status(self, timeout_s: float | None = None) -> dict[str, Any]:
+    def status(self, timeout_s: float | None = None) -> BridgeStatus:
         """Memory, CPU, counters, actuator statistics. ``timeout_s``: per attempt, as for hello()."""
-        return self._call(MsgType.STATUS, timeout_s)[0]
+        return self._parsed(BridgeStatus.from_reply, self._call(MsgType.STATUS, timeout_s)[0], MsgType.STATUS)
 
     def reset(self, timeout_s: float | None = None) -> dict[str, Any]:
         """New episode: actuator to hover, per-episode counters cleared; returns the finished episode's summary.

@@ -54,7 +54,7 @@ def bridge_autopilot(client: BridgeClient, timeout_s: float) -> dict[str, Any]:
     hears none within ``timeout_s``."""
     end = time.monotonic() + timeout_s
     while True:
-        actuator = client.status().get("actuator") or {}
+        actuator = client.status().actuator
         if actuator.get("kind") != "mavlink":
             raise VehicleNotReady(
                 f"--backend autopilot needs a bridge started with --actuator mavlink --fc ENDPOINT; this one runs the "
@@ -128,7 +128,7 @@ def prepare_vehicle(
                     f"the {autopilot} vehicle climbed to {altitude():.1f} m of {takeoff_m:g} m in {timeout_s:g} s"
                 )
             time.sleep(0.1)
-    if (client.status().get("actuator") or {}).get("mode") != fly_mode:
+    if client.status().actuator.get("mode") != fly_mode:
         command(client, "mode", mode=fly_mode)
     flight.ready_s = round(time.monotonic() - start, 2)
     flight.altitude_m = round(altitude(), 2)

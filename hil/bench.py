@@ -31,12 +31,12 @@ import numpy as np
 
 from airq_cli import EXIT_FAILURE, MISSING, ArgumentParser, UserError, error_line, output_file, run, write_json
 from device_emulation.profiles import get_profile
-from firmware_bridge.bench import EchoProcess
+from firmware_bridge.bench import EchoProcess, percentiles_us
 from firmware_bridge.client import DEFAULT_SPIN_US, BridgeClient, BridgeError
 from firmware_bridge.device import cpu_model, format_versions, package_versions
 from firmware_bridge.int8_kernels import int8_kernels
 from hil.loop import ControlLink, default_deadline_s, failsafe_action, run_closed_loop
-from hil.report import percentiles_us, summarize_run
+from hil.report import summarize_run
 from hil.session import BridgeSession
 from hil.setup import LocalBridge
 from nav_env.config import NavConfig, load_level
@@ -47,13 +47,12 @@ ECHO_MAX_ACTS = 5000  # the echo loop flies as many steps as the closed loop did
 
 
 def in_process_rate(path: str, cfg: NavConfig, episodes: int, seed: int) -> tuple[float, dict]:
-    """Steps/s of the same loop with the policy run by onnxruntime in this process."""
-    import onnxruntime as ort
+    """Steps/s of the same loop with the policy run by the bridge's own inference code (one onnxruntime thread)
+    in this process: no transport, no bridge."""
+    # deferred: onnxruntime (through firmware_bridge.policy): a bad argument is reported before it loads
+    from firmware_bridge.policy import load_policy_file
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
+    policy = load_policy_file(path, threads=1)
     env = NavEnv(config=cfg)
     steps, loop_s, infer = 0, 0.0, []
     for j in range(episodes):
@@ -61,9 +60,8 @@ def in_process_rate(path: str, cfg: NavConfig, episodes: int, seed: int) -> tupl
         t0, done = time.perf_counter(), False
         while not done:
             t = time.perf_counter_ns()
-            out = sess.run(None, {"obs": obs[None]})
+            action, _, _ = policy.act(obs[None])
             infer.append(time.perf_counter_ns() - t)
-            action = int(out[names.index("action")][0]) if "action" in names else int(np.argmax(out[0][0]))
             obs, _, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
             steps += 1

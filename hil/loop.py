@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import gymnasium as gym
 import numpy as np
 
-from firmware_bridge.client import ActResult, BridgeBusy, BridgeClient, BridgeError, BridgeRefused, BridgeUnreachable
+from firmware_bridge.client import (
+    ActResult,
+    BridgeBusy,
+    BridgeClient,
+    BridgeError,
+    BridgeRefused,
+    BridgeStatus,
+    BridgeUnreachable,
+)
 from firmware_bridge.protocol import ErrorCode, sha256_hex
 from nav_env.actions import HOVER_ACTION
 from nav_env.backends import make_env
@@ -331,8 +339,8 @@ class LoopRecord:
     overruns: int = 0  # paced steps that started late (the loop itself was too slow)
     memory: list[tuple[float, int, int]] = field(default_factory=list)  # (t since start, rss, peak)
     frames: dict[int, np.ndarray] = field(default_factory=dict)
-    status_start: dict = field(default_factory=dict)
-    status_end: dict = field(default_factory=dict)
+    status_start: BridgeStatus | None = None
+    status_end: BridgeStatus | None = None
     link: LinkStats = field(default_factory=LinkStats)
     client_counters: dict[str, int] = field(default_factory=dict)
 
@@ -484,10 +492,8 @@ def run_closed_loop(
     return rec
 
 
-def _sample_memory(rec: LoopRecord, status: dict, t_start: float) -> None:
-    rec.memory.append(
-        (time.perf_counter() - t_start, int(status.get("rss_bytes") or 0), int(status.get("peak_rss_bytes") or 0))
-    )
+def _sample_memory(rec: LoopRecord, status: BridgeStatus, t_start: float) -> None:
+    rec.memory.append((time.perf_counter() - t_start, status.rss_bytes or 0, status.peak_rss_bytes or 0))
 
 
 def _sleep_until(deadline_ns: int) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import gymnasium as gym
 
 from airq_cli import UserError
+from airq_cli.journal import Journal
 from firmware_bridge.client import BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.int8_kernels import Int8Kernels, saturation_warning
@@ -19,7 +20,7 @@ from firmware_bridge.protocol import sha256_hex
 from hil.autopilot import prepare_vehicle
 from hil.loop import ControlLink, Event, LoopRecord, PolicyUpload, event_record, run_closed_loop
 from hil.report import PolicyResult, Report, record_from_rows, summarize_run, write_report
-from hil.resume import RUN_LOG, EarlierSessions, RunLog, start_log
+from hil.resume import RUN_LOG, EarlierSessions, start_log
 from hil.session import BridgeSession
 from hil.setup import LocalBridge, RunSetup
 from nav_env.autopilot import AutopilotNavEnv
@@ -132,7 +133,7 @@ class Flights:
     """What every policy of a session flies with: the setup, the simulator (made at the first flight, then flown by
     every policy), the log and the progress display."""
 
-    def __init__(self, setup: RunSetup, log: RunLog, progress: RunProgress) -> None:
+    def __init__(self, setup: RunSetup, log: Journal, progress: RunProgress) -> None:
         self.setup, self.log, self.progress = setup, log, progress
         self._env: gym.Env | None = None
         self._warned: set[str] = set()  # a warning is noted once per run, however many policies it concerns
@@ -224,7 +225,7 @@ class Flights:
                 timing=timing,
             )
             if isinstance(self._env, AutopilotNavEnv):
-                self._autopilot_status = rec.status_end.get("actuator")
+                self._autopilot_status = None if rec.status_end is None else rec.status_end.actuator
         self.progress.policy_ended()
         return PolicyResult(
             summarize_run(path, rec, load, prior_rows=prior_rows, deadline_s=setup.deadline_s),

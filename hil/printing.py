@@ -13,11 +13,7 @@ from firmware_bridge.int8_kernels import Int8Kernels
 from hil.loop import LoopRecord
 from hil.orchestrate import RunProgress, RunResult
 from hil.report import short_name
-from nav_env.backends import DEFAULT_BACKEND, get_backend
-
-
-def _int8_line(d: dict) -> str:
-    return "device " + Int8Kernels.from_dict(d.get("int8_kernels") or {}).describe()
+from nav_env.backends import backend_named
 
 
 def _timing_line(report: dict) -> str:
@@ -40,13 +36,14 @@ def _timing_line(report: dict) -> str:
 
 def _header(report: dict) -> str:
     d, args, profile = (report["device"] or {}).get("device") or {}, report["args"], report["profile"]
-    world = get_backend(report.get("backend", DEFAULT_BACKEND)).world
+    world = backend_named(report.get("backend")).world
     return (
         report["mode"]
         + (f", profile {profile['name']}: {profile['emulated']}" if profile else "")
         + f"\ndevice: {d.get('cpu_model') or d.get('machine')} ({d.get('cores')} cores), onnxruntime "
         f"{d.get('onnxruntime_version')}; {world}, level {report['level']}, {args['episodes']} episodes from seed "
-        f"{args['seed']}, {_timing_line(report)}\n{_int8_line(d)}\n"
+        f"{args['seed']}, {_timing_line(report)}\n"
+        f"device {Int8Kernels.from_dict(d.get('int8_kernels') or {}).describe()}\n"
         f"host versions: {format_versions(report.get('host_versions') or {})}"
     )
 

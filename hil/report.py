@@ -6,31 +6,21 @@ import weakref
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from airq_cli import write_atomic, write_json
+from airq_cli import write_json
+from firmware_bridge.bench import percentiles_us
 from firmware_bridge.client import PolicyInfo
 from hil.loop import LoopRecord
 from hil.report_html import write_run_html
 from nav_env.backends import get_backend
 from nav_env.config import NavConfig, load_level
 from nav_env.latency import round_trip_quantiles_us
-from nav_env.render import episode_title, figure_png, save_episode_png
+from nav_env.render import episode_title, save_episode_png, save_figure
 from nav_env.rollout import EpisodeResult, summarize
 from nav_env.stats import paired_difference
-
-if TYPE_CHECKING:  # matplotlib is imported where the plots are drawn
-    from matplotlib.figure import Figure
-
-
-def percentiles_us(ns: list[int]) -> dict[str, float]:
-    if not ns:
-        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0, "max": 0.0}
-    a = np.asarray(ns, dtype=np.float64) / 1e3
-    p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
 
 
 @dataclass(frozen=True)
@@ -144,9 +134,9 @@ def summarize_run(
     overhead = [r - i for r, i in zip(rtt_ns, infer_ns)]
     end = rec.status_end
     memory = rec.memory or [tuple(r["memory"]) for r in prior if r.get("memory")]
-    if not end and memory:
-        end = {"rss_bytes": memory[-1][1], "peak_rss_bytes": memory[-1][2]}
-    peaks = [m[2] for m in memory] + [int(end.get("peak_rss_bytes") or 0)]
+    # no status of this session (it flew nothing): the memory the logged rows sampled last
+    rss, peak = (end.rss_bytes or 0, end.peak_rss_bytes or 0) if end else memory[-1][1:] if memory else (0, 0)
+    peaks = [m[2] for m in memory] + [peak]
     seqs = np.asarray(rec.seqs)
     misses = rec.deadline_misses + _prior(prior, "failsafe_steps")
     return PolicySummary(
@@ -182,12 +172,12 @@ def summarize_run(
             },
         ),
         device_memory=DeviceMemory(
-            rss_bytes=int(end.get("rss_bytes") or 0),
+            rss_bytes=rss,
             peak_rss_bytes=max(peaks),
-            model_rss_bytes=end.get("model_rss_delta_bytes"),
+            model_rss_bytes=None if end is None else end.model_rss_delta_bytes,
             samples=[[round(t, 4), rss, peak] for t, rss, peak in memory],
         ),
-        device_counters={k: (end.get("counters") or {}).get(k) for k in ("acts", "errors", "holds")},
+        device_counters={k: None if end is None else end.counters.get(k) for k in ("acts", "errors", "holds")},
         act_seq_increasing=bool(len(seqs) < 2 or np.all(np.diff(seqs) > 0)),
         episodes=[report_row(r) for r in rows],
     )
@@ -454,11 +444,3 @@ def _memory_plot(plt: ModuleType, out_dir: Path, runs: list[PolicySummary]) -> P
     growth.grid(True, alpha=0.3)
     fig.legend(loc="outside lower center", ncol=1, fontsize=8, frameon=False)
     return save_figure(fig, out_dir / "memory_over_time.png")
-
-
-def save_figure(fig: Figure, path: Path) -> Path:
-    """Lay the figure out (tight_layout, unless it has a layout engine of its own) and write it as a PNG,
-    atomically."""
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    return write_atomic(path, figure_png(fig))

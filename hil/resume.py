@@ -3,8 +3,8 @@
 The run log (``run.jsonl`` in the output directory) is what makes results survive anything: one JSON object per
 line - a ``run`` header (the arguments and each policy's sha256, or a ``resume`` record for a later session), every
 ``episode`` as soon as it ends, and ``event``s (fail-safes, outages, bridge restarts) - appended with write() +
-fsync(), so a run killed at any instant leaves every finished episode on disk. A line torn by the kill is the last
-one; the reader ignores it and ``--resume`` cuts it off before appending. ``--resume DIR`` reads the arguments back
+fsync() (:class:`airq_cli.journal.Journal`), so a run killed at any instant leaves every finished episode on disk; a
+line torn by the kill is ignored and ``--resume`` cuts it off before appending. ``--resume DIR`` reads the arguments back
 from the header and what earlier sessions flew and summarized from the rest; a new run keeps an earlier run's log
 beside rather than overwriting it.
 """
@@ -12,14 +12,14 @@ beside rather than overwriting it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from airq_cli import ArgumentParser, UserError, json_text, output_dir
+from airq_cli import ArgumentParser, UserError, output_dir
+from airq_cli.journal import Journal, read_journal, repair_journal
 from firmware_bridge.client import PolicyInfo, ReplyFieldError
 from firmware_bridge.protocol import sha256_hex
 from hil.args import RunArgs
@@ -29,75 +29,6 @@ from hil.setup import RunSetup
 
 RUN_LOG = "run.jsonl"
 RUN_LOG_VERSION = 1
-
-
-class RunLog:
-    """Append-only JSONL; every line is on disk (fsync) before append() returns, if durable.
-
-    The file is created only by the first durable record (an episode); lines before it are held in
-    memory and written with it. A run that fails or is killed before recording anything leaves no log,
-    and ``on_create`` (keep an earlier log aside) runs only then, so such a run does not displace the
-    run that was there either.
-    """
-
-    def __init__(self, path: Path, on_create: Callable[[], None] | None = None) -> None:
-        self.path = path
-        self._fd = -1
-        self._pending: list[bytes] | None = []
-        self._on_create = on_create
-
-    def _open(self) -> None:
-        if self._on_create is not None:
-            self._on_create()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def append(self, record: dict[str, Any], durable: bool = True) -> None:
-        line = (json_text(record, indent=None) + "\n").encode()
-        if self._pending is not None:
-            self._pending.append(line)
-            if not durable:
-                return
-            self._open()
-            line, self._pending = b"".join(self._pending), None
-        # One write() per line: O_APPEND makes it land whole at the end, never interleaved.
-        os.write(self._fd, line)
-        if durable:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.fsync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-
-
-def read_run_log(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """(records, bytes of whole valid lines). Stops at the first torn or unreadable line."""
-    data = path.read_bytes()
-    records, good = [], 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break  # torn by a kill mid-write
-        try:
-            record = json.loads(line)
-        except ValueError:
-            break
-        if not isinstance(record, dict):
-            break
-        records.append(record)
-        good += len(line)
-    return records, good
-
-
-def repair_run_log(path: Path) -> list[dict[str, Any]]:
-    """Drop a torn last line (if any) so appends start on a clean line; return the records."""
-    records, good = read_run_log(path)
-    if good != path.stat().st_size:
-        with open(path, "r+b") as f:
-            f.truncate(good)
-            os.fsync(f.fileno())
-    return records
 
 
 def parse_resume_args(argv: list[str]) -> RunArgs:
@@ -111,7 +42,7 @@ def parse_resume_args(argv: list[str]) -> RunArgs:
     log_path = Path(ns.resume) / RUN_LOG
     if not log_path.is_file():
         raise UserError(f"nothing to resume: {log_path} does not exist")
-    records, _ = read_run_log(log_path)
+    records, _ = read_journal(log_path)
     header = next((r for r in records if r.get("kind") == "run"), None)
     if header is None or header.get("log_version") != RUN_LOG_VERSION:
         raise UserError(f"{log_path} has no run header this version understands")
@@ -139,7 +70,7 @@ class EarlierSessions:
     @classmethod
     def of(cls, args: RunArgs) -> EarlierSessions:
         earlier = cls({i: [] for i in range(len(args.policy))})
-        for r in repair_run_log(Path(args.out) / RUN_LOG) if args.resume else []:
+        for r in repair_journal(Path(args.out) / RUN_LOG) if args.resume else []:
             index = int(r.get("policy_index") or 0)  # every record with one of these kinds names its policy
             if r.get("kind") == "episode":
                 earlier.rows[index].append({k: v for k, v in r.items() if k not in ("kind", "policy", "policy_index")})
@@ -184,14 +115,14 @@ class EarlierSessions:
 
 def start_log(
     setup: RunSetup, command: str, policy_bytes: list[bytes], earlier: EarlierSessions, note: Callable[[str], None]
-) -> RunLog:
+) -> Journal:
     """The run log, opened for appending with its first record: the header of a new run (what --resume reads back),
     or a resumed session's ``resume`` record. The file is created with the first episode, not before: a run that
     fails before flying anything (a user error, no bridge) leaves no log, and an earlier run's log stays where it
     is, resumable."""
     args = setup.args
     log_path = Path(args.out) / RUN_LOG
-    log = RunLog(log_path, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, note))
+    log = Journal(log_path, on_create=None if args.resume else lambda: _keep_earlier_log(log_path, note))
     if args.resume:
         finished = {str(i): len(rows) for i, rows in earlier.rows.items()}
         record = {"kind": "resume", "t_wall": time.time(), "finished": finished}
@@ -207,7 +138,7 @@ def _keep_earlier_log(log_path: Path, note: Callable[[str], None]) -> None:
     """Called when a new run records its first episode: an earlier log in its folder is kept beside."""
     if not log_path.exists():
         return
-    if not any(r.get("kind") == "episode" for r in read_run_log(log_path)[0]):
+    if not any(r.get("kind") == "episode" for r in read_journal(log_path)[0]):
         log_path.unlink()  # a run that flew nothing (killed before its first episode, older versions): nothing to keep
         return
     # A new run never destroys an old log: it is kept beside, e.g. run.20260101-120000.jsonl.

@@ -27,13 +27,14 @@ from typing import Any
 
 import airq_cli
 from airq_cli import EXIT_FAILURE, EXIT_INTERRUPTED, error_line
+from airq_cli.journal import read_journal
 from firmware_bridge.client import BridgeError
 from firmware_bridge.launcher import BridgeStartError
 from hil.args import RunArgs, parse_args
 from hil.autopilot import VehicleNotReady
 from hil.orchestrate import RunProgress, RunResult, fly_run
 from hil.printing import CommandLineProgress, describe
-from hil.resume import RUN_LOG, parse_resume_args, read_run_log
+from hil.resume import RUN_LOG, parse_resume_args
 from hil.setup import check_args
 from nav_env.autopilot import AutopilotLinkError
 
@@ -64,7 +65,7 @@ def _main(argv: list[str] | None) -> int:
     resume_hint = f"finished episodes are in {log_path}; continue with: python -m hil.run --resume {args.out}"
 
     def episodes_logged() -> bool:
-        return log_path.exists() and any(r.get("kind") == "episode" for r in read_run_log(log_path)[0])
+        return log_path.exists() and any(r.get("kind") == "episode" for r in read_journal(log_path)[0])
 
     try:
         progress = CommandLineProgress(args.quiet)
@@ -75,7 +76,7 @@ def _main(argv: list[str] | None) -> int:
             print(resume_hint, file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        # Before its first episode a run has left no log (hil.report.RunLog is deferred): nothing to resume.
+        # Before its first episode a run has left no log (its Journal is created with the first episode): nothing to resume.
         print(
             f"interrupted: {resume_hint}"
             if episodes_logged()

@@ -4,11 +4,11 @@ timing and the act deadline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from airq_cli import UserError
+from airq_cli import UserError, flag_of
 from device_emulation.profiles import DeviceProfile, ProfileError, get_profile
 from device_emulation.roofline import model_cost, predict_device, prediction_record
 from firmware_bridge.mavlink_link import parse_endpoint
@@ -79,6 +79,11 @@ class RunSetup:
         return {"mode": "latency", "source": a.latency, "device_rate": a.device_rate, "rate_hz": a.rate_hz}
 
 
+_FIELDS = {f.name: f for f in fields(RunArgs)}
+_COUNTS = ("episodes", "threads", "max_steps")  # at least 1 when given
+_POSITIVE = ("rate_hz", "timeout_s", "deadline_ms", "max_outage_s")
+
+
 def check_args(args: RunArgs) -> RunSetup:
     """The level, where the bridge runs, each policy's timing (with --timing latency its delay source, resolved
     once here: a replay picks its run, a profile predicts the model's time) and the act deadline; UserError
@@ -86,26 +91,16 @@ def check_args(args: RunArgs) -> RunSetup:
     for path in args.policy:
         if not Path(path).is_file():
             raise UserError(f"policy file not found: {path}")
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    if args.rate_hz is not None and args.rate_hz <= 0:
-        raise UserError(f"--rate-hz must be positive, got {args.rate_hz}")
+    for name in _COUNTS + _POSITIVE:
+        value, count = getattr(args, name), name in _COUNTS
+        if value is not None and (value < 1 if count else value <= 0):  # None: not given
+            raise UserError(f"{flag_of(_FIELDS[name])} must be {'>= 1' if count else 'positive'}, got {value}")
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be in 1..65535, got {args.port}")
-    if args.timeout_s <= 0:
-        raise UserError(f"--timeout must be positive, got {args.timeout_s}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.host is not None and args.device_arch != "native":
         raise UserError("--device-arch applies to --sim-only runs")
     if args.host is not None and args.profile != "native":
         raise UserError("--profile applies to --sim-only runs; a real device is its own profile")
-    if args.deadline_ms is not None and args.deadline_ms <= 0:
-        raise UserError(f"--deadline-ms must be positive, got {args.deadline_ms}")
-    if args.max_outage_s <= 0:
-        raise UserError(f"--max-outage-s must be positive, got {args.max_outage_s}")
-    if args.max_steps is not None and args.max_steps < 1:
-        raise UserError(f"--max-steps must be >= 1, got {args.max_steps}")
     if (args.bridge_key is None) != (args.client_key is None):
         raise UserError("--bridge-key and --client-key go together (the bridge's public key and this host's key pair)")
     if args.bridge_key is not None and args.sim_only:

@@ -204,6 +204,12 @@ def get_backend(name: str) -> Backend:
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(_REGISTRY)})") from None
 
 
+def backend_named(name: str | None) -> Backend:
+    """The backend a model's metadata, a model card or a report names; none named is the default (files written
+    before there was a choice name none)."""
+    return get_backend(name or DEFAULT_BACKEND)
+
+
 def backend_names(**capabilities: bool) -> tuple[str, ...]:
     """The backends' names, those with every given capability only: ``backend_names(in_process=True)``."""
     return tuple(b.name for b in _REGISTRY.values() if all(getattr(b, k) == v for k, v in capabilities.items()))

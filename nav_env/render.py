@@ -162,6 +162,14 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Lay the figure out (tight_layout, unless it has a layout engine of its own) and write it as a PNG,
+    atomically."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    return write_atomic(path, figure_png(fig))
+
+
 def save_gif(path: str | os.PathLike, frames: Iterable[np.ndarray], fps: int = 10, hold_last_s: float = 0.0) -> Path:
     """Animated GIF through Pillow (a host-side dependency); ``frames`` may be a generator (each frame is
     reduced to a palette as it comes). ``hold_last_s``: show the last frame that long."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from airq_cli import ArgumentParser, output_file, run, write_atomic, write_json
 from firmware_bridge.device import format_versions, package_versions
-from nav_env.backends import DEFAULT_BACKEND, get_backend
+from nav_env.backends import backend_named
 from nav_env.rollout import HEADLINE_FIELDS
 from policies.errors import UserError
 
@@ -38,6 +38,10 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
     if entry is None:
         raise UserError(f"{eval_path}: no evaluation of {onnx_path}")
     s = entry["summary"]
+    try:
+        trained_in, evaluated_in = backend_named(meta.get("airq.backend")), backend_named(report.get("backend"))
+    except ValueError as e:
+        raise UserError(f"{onnx_path} or {eval_path}: {e}") from None
     first_hits = {}
     for target in (0.95, 0.97):
         hit = next((e for e in metrics.get("evals", []) if "timesteps" in e and e["success_rate"] >= target), None)
@@ -49,7 +53,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "preset": meta.get("airq.preset"),
         "algorithm": meta.get("airq.algorithm"),
         "level": meta.get("airq.level"),
-        "backend": meta.get("airq.backend", "embedded"),  # the simulator it was trained in
+        "backend": trained_in.name,  # the simulator it was trained in
         "env_id": meta.get("airq.env_id"),
         "precision": meta.get("airq.precision"),
         "seed": int(meta.get("airq.seed", -1)),
@@ -72,7 +76,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "config": metrics.get("config"),
         "evaluation": {
             "level": report["level"],
-            "backend": report.get("backend", "embedded"),
+            "backend": evaluated_in.name,
             "episodes": report["episodes"],
             "seed": report["seed"],
             "deterministic": True,
@@ -139,7 +143,7 @@ def to_markdown(card: dict) -> str:
         f"{card['preset']} ({card['algorithm'].upper()}, ReLU MLP), level `{card['level']}` ({card['env_id']}"
         + (
             ""
-            if (trained_in := get_backend(card.get("backend") or DEFAULT_BACKEND)).is_default
+            if (trained_in := backend_named(card.get("backend"))).is_default
             else f", trained in the {trained_in.name} backend"
         )
         + "), "
@@ -147,7 +151,7 @@ def to_markdown(card: dict) -> str:
         "",
         "## Evaluation",
         f"`policies.evaluate` over {ev['episodes']} seeded episodes (seeds {ev['seed']}..{ev['seed'] + ev['episodes'] - 1}, "
-        f"level `{ev['level']}`, {ev.get('backend', 'embedded')} simulator, all goal zones, deterministic actions; training "
+        f"level `{ev['level']}`, {backend_named(ev.get('backend')).name} simulator, all goal zones, deterministic actions; training "
         "and model selection never saw these seeds):",
         "",
         "| success | Wilson 95% CI | collision | timeout | mean return | mean steps | path / straight |",

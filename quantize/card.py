@@ -9,7 +9,7 @@ from pathlib import Path
 
 from airq_cli import MISSING, shown, write_atomic
 from firmware_bridge.device import format_versions, package_versions
-from nav_env.backends import DEFAULT_BACKEND, Backend, get_backend
+from nav_env.backends import Backend, backend_named
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, load_policy
 
@@ -135,6 +135,6 @@ def write_card(model: str, evals: list[str], bench: str | None, command: str | N
 def _backend(name: str | None) -> Backend:
     """The backend a model's metadata or an evaluation names (none named: the default)."""
     try:
-        return get_backend(name or DEFAULT_BACKEND)
+        return backend_named(name)
     except ValueError as e:
         raise QuantizeError(str(e)) from None

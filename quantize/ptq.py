@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from nav_env.backends import DEFAULT_BACKEND, get_backend
+from nav_env.backends import backend_named
 from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, load_policy, save_atomic, serialize, set_metadata
@@ -417,7 +417,7 @@ def quantize_file(
     calib_seed = CALIBRATION_SEED if seed is None else seed
     # calibrate where the policy was trained to fly: the simulator its export recorded (docs/dynamics.md)
     try:
-        backend = get_backend(src.metadata.get("airq.backend") or DEFAULT_BACKEND)
+        backend = backend_named(src.metadata.get("airq.backend"))
     except ValueError as e:
         raise QuantizeError(f"{src.path}: airq.backend: {e}") from None
     if not backend.in_process:

@@ -7,6 +7,7 @@ umask's mode, not mkstemp's 0600."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import stat
@@ -338,6 +339,40 @@ def test_defaults_from_a_dataclass_are_written_once():
     assert (ns.port, ns.levels, ns.out, ns.models) == (5555, ["default", "hard"], "out/x", None)
     assert p.parse_args(["--model", "a"]).models == ["a"]  # an append flag does not keep a dataclass default
     assert "(default: 5555)" in p.format_help() and "(default: default hard)" in p.format_help()
+
+
+def test_arguments_from_a_dataclass_take_type_help_and_flag_from_each_field(capsys):
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Args:
+        models: list[str] = field(default_factory=list, metadata=airq_cli.arg("a model", metavar="FILE", required=True))
+        rate_hz: float | None = None
+        mode: str = field(default="a", metadata=airq_cli.arg("the mode", choices=("a", "b")))
+        timeout_s: float = field(default=1.0, metadata=airq_cli.arg("per request", flag="--timeout"))
+        host: str | None = None
+        local: bool = False
+        out: str = field(default="out/x", metadata=airq_cli.arg(type=airq_cli.output_dir))
+        resume: bool = False
+
+    p = airq_cli.ArgumentParser(prog="t")
+    where = p.add_mutually_exclusive_group()
+    airq_cli.add_arguments(p, Args, skip=("resume",), groups={"host": where, "local": where})
+    ns = p.parse_args(["--models", "m", "--models", "n", "--rate-hz", "2.5", "--timeout", "3", "--local"])
+    assert Args(**vars(ns)) == Args(models=["m", "n"], rate_hz=2.5, timeout_s=3.0, local=True)
+    assert airq_cli.flag_of(next(f for f in dataclasses.fields(Args) if f.name == "timeout_s")) == "--timeout"
+    text = p.format_help()
+    assert "--models FILE" in text and "per request (default: 1.0)" in text and "--resume" not in text
+    bad = [
+        ["--models", "m", "--mode", "c"],
+        ["--models", "m", "--rate-hz", "x"],
+        [],
+        ["--models", "m", "--local", "--host", "h"],
+    ]
+    for argv in bad:  # a choice, a type, a required flag, a mutually exclusive pair: one line each
+        with pytest.raises(SystemExit):
+            p.parse_args(argv)
+        assert capsys.readouterr().err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------------------- file modes

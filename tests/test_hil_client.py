@@ -89,10 +89,10 @@ def test_hello_load_act_status_reset(client: BridgeClient, model: bytes, tmp_pat
     assert seqs == sorted(set(seqs))
 
     status = client.status()
-    assert status["counters"]["acts"] >= 5 and status["rss_bytes"] > 0
+    assert status.counters["acts"] >= 5 and (status.rss_bytes or 0) > 0
     reset = client.reset()
     assert reset["previous_episode"]["acts"] >= 5
-    assert client.status()["episode"]["acts"] == 0
+    assert client.status().reply["episode"]["acts"] == 0
 
 
 def test_error_reply_raises_bridge_refused_with_code(client: BridgeClient, model: bytes) -> None:
@@ -118,7 +118,7 @@ def test_policy_over_bridge_limit_refused_before_sending(model: bytes) -> None:
         with pytest.raises(BridgeRefused) as info:
             client.load_policy(model)
         assert info.value.code == ErrorCode.TOO_LARGE
-        assert client.status()["counters"]["requests"] == 3  # the launcher's hello, ours, this status: no upload
+        assert client.status().counters["requests"] == 3  # the launcher's hello, ours, this status: no upload
 
 
 def test_policy_larger_than_a_message_goes_up_in_chunks(model: bytes) -> None:
@@ -130,7 +130,7 @@ def test_policy_larger_than_a_message_goes_up_in_chunks(model: bytes) -> None:
         loaded = client.load_policy(model)
         assert loaded.sha256 == sha256_hex(model) and loaded.size_bytes == len(model)
         chunks = -(-len(model) // (4096 - UPLOAD_ENVELOPE_BYTES))
-        assert client.status()["counters"]["requests"] == 2 + chunks + 1  # two hellos, the chunks, this status
+        assert client.status().counters["requests"] == 2 + chunks + 1  # two hellos, the chunks, this status
         assert client.act(np.zeros(OBS_DIM)).action == reference_action(model, np.zeros(OBS_DIM))[0]
 
 
@@ -209,7 +209,7 @@ def test_stale_replies_are_discarded_by_seq() -> None:
     try:
         with BridgeClient(endpoint, timeout_s=5.0, retries=0) as client:
             client.status()  # seq 1
-            assert client.status()["marker"] == "fresh"  # seq 2: the stale seq-1 reply is skipped
+            assert client.status().reply["marker"] == "fresh"  # seq 2: the stale seq-1 reply is skipped
     finally:
         stop.set()
         thread.join()
@@ -223,7 +223,7 @@ def test_lazy_pirate_retries_on_a_fresh_socket() -> None:
     endpoint, stop, thread = scripted_peer(ignore_first_request)
     try:
         with BridgeClient(endpoint, timeout_s=0.3, retries=1) as client:
-            assert client.status()["marker"] == "answered request 1"
+            assert client.status().reply["marker"] == "answered request 1"
         with BridgeClient(endpoint, timeout_s=0.3, retries=0) as client:
             client.status()  # answered (index 2)
         silent_endpoint, silent_stop, silent_thread = scripted_peer(lambda *_: None)
@@ -302,7 +302,7 @@ def test_a_full_peer_cap_is_busy_and_a_full_connection_cap_is_named(model: bytes
         # Giving up, the client asks for the status over a new connection; that one is shed as well, or, if the
         # refused third connection has closed by then, admitted to the connection cap and answered BUSY.
         probe_busy = "answers a new connection BUSY" in str(gave_up.value)
-        assert holder.status()["peers"]["busy_replies"] == 1 + probe_busy
+        assert holder.status().peers["busy_replies"] == 1 + probe_busy
         holder.close()
         deadline = time.monotonic() + 5
         while True:  # the holder's slot frees: the refused client's own connection is served
@@ -379,7 +379,7 @@ def test_replies_are_taken_while_spinning_and_while_blocked(spin_us: float) -> N
     endpoint, stop, thread = scripted_peer(answer_after_delay)
     try:
         with BridgeClient(endpoint, timeout_s=5.0, retries=0, spin_us=spin_us) as client:
-            assert client.status()["seq"] == 1  # index 0: immediate; also waits out the connection
+            assert client.status().reply["seq"] == 1  # index 0: immediate; also waits out the connection
             result = client.act_within(np.zeros(OBS_DIM), 2.0)  # index 1: 60 ms late
             assert result is not None and result.action == 1 and result.rtt_ns >= 60_000_000
             results = [client.act_within(np.zeros(OBS_DIM), 0.5) for _ in range(3)]  # index 2, 3, 4
@@ -556,8 +556,8 @@ def test_giving_up_names_what_the_bridge_status_says(tmp_path: Path) -> None:
         with BridgeClient(slow.endpoint, timeout_s=HANG_GUARD_S) as probe:
             later = probe.status()
         # the bridge's own counters, which only grow: what the error named is what the bridge had counted
-        assert int(requests.group(1)) < later["counters"]["requests"]
-        assert all(said[field] <= later["peers"][field] for field in said)
+        assert int(requests.group(1)) < later.counters["requests"]
+        assert all(said[field] <= later.peers[field] for field in said)
 
 
 def test_the_control_loop_gives_up_saying_no_status_could_be_read(model: bytes) -> None:
@@ -570,7 +570,7 @@ def test_the_control_loop_gives_up_saying_no_status_could_be_read(model: bytes) 
         link = ControlLink(client, deadline_s=0.2, policy=PolicyUpload(model, "toy.onnx"), max_outage_s=2.0)
         assert client.status_probe_s == 0  # the link retries by itself and asks for the status once, giving up
         obs = np.zeros(OBS_DIM, dtype=np.float32)
-        assert link.call("status", lambda t: client.status(timeout_s=t))["counters"]["requests"] >= 1
+        assert link.call("status", lambda t: client.status(timeout_s=t)).counters["requests"] >= 1
         flying = time.monotonic() + HANG_GUARD_S
         while link.act(obs) is None:  # the policy verified (and uploaded); then an act in time (a loaded CI may miss)
             assert time.monotonic() < flying

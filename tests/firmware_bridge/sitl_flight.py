@@ -137,7 +137,7 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
                 break
         # the host stops here: the bridge hears nothing more; the vehicle's telemetry shows what follows
         time.sleep(6.0)  # PX4's Hold flies back to where it began holding: watch it settle there
-        status = client.status()["actuator"]
+        status = client.status().actuator
         poses = [(w, float(np.hypot(*pose.velocity_ned[:2]))) for w, pose in list(t.poses)]
         after = [(w, v) for w, v in poses if w >= last_act]
         stop_speed = float(np.mean([v for _, v in after[:3]]))
@@ -180,7 +180,7 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
         obs, _ = env.reset(seed=1001)  # the host returns: its next act takes the vehicle out of the hold
         for _ in range(15):
             obs, *_ = env.step(client.act(obs).action)
-        out["mode_after_host_returns"] = client.status()["actuator"]["mode"]
+        out["mode_after_host_returns"] = client.status().actuator["mode"]
     finally:
         client.close()
         env.close()
@@ -224,7 +224,7 @@ def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
                 started = [json.loads(x) for x in log.read_text().splitlines() if '"bridge_started"' in x]
                 endpoint = started[0]["endpoint"] if started else None
                 probe = BridgeClient(endpoint) if endpoint else None
-            if probe is not None and probe.status()["counters"]["resets"] >= 2:
+            if probe is not None and probe.status().counters["resets"] >= 2:
                 break
             time.sleep(0.05)
     finally:

@@ -174,8 +174,8 @@ def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bri
         )
         client = BridgeClient(bridge.endpoint)
         try:
-            until(lambda: client.status()["actuator"].get("autopilot") == "ardupilot", timeout=10)
-            status = client.status()["actuator"]
+            until(lambda: client.status().actuator.get("autopilot") == "ardupilot", timeout=10)
+            status = client.status().actuator
             assert status["kind"] == "mavlink" and status["link_ok"] and status["mode"] == "STABILIZE"
             with pytest.raises(BridgeRefused, match="VEHICLE_REFUSED.*take-off refused .MAV_RESULT_FAILED"):
                 client.vehicle("takeoff", altitude_m=5.0)  # ArduCopter takes off only armed, in GUIDED
@@ -193,14 +193,14 @@ def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bri
             assert sp.velocity == pytest.approx((vx, -vy, -vz)) and sp.yaw_rate == pytest.approx(-yaw_rate)
             until(lambda: peer.state.mode == "BRAKE", timeout=3)  # no act for 200 ms: the hold
             peer.silent.set()  # the autopilot's link cut: no heartbeat for the bridge's 3 s
-            until(lambda: not client.status()["actuator"]["link_ok"], timeout=6)
+            until(lambda: not client.status().actuator["link_ok"], timeout=6)
             sent = len(peer.state.setpoints)
             with pytest.raises(BridgeRefused, match="VEHICLE_LINK: autopilot link lost: no heartbeat on udpout"):
                 client.act(np.zeros(1032, np.float32))
             time.sleep(0.1)
             assert len(peer.state.setpoints) == sent  # nothing sent into the dead link
             peer.silent.clear()
-            until(lambda: client.status()["actuator"]["link_ok"], timeout=3)
+            until(lambda: client.status().actuator["link_ok"], timeout=3)
             assert client.act(np.zeros(1032, np.float32)).vehicle["link_ok"] is True
         finally:
             client.close()

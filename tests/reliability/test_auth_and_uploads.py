@@ -72,7 +72,7 @@ def host_client(bridge: BridgeProcess, keys: Path, **kw: object) -> BridgeClient
 
 def status_of(bridge: BridgeProcess, keys: Path) -> dict:
     with host_client(bridge, keys, timeout_s=5.0) as client:
-        return client.status()
+        return client.status().reply
 
 
 def test_allowed_key_works(secure_bridge: BridgeProcess, keys: Path, model: bytes) -> None:
@@ -133,7 +133,7 @@ def test_host_never_talks_to_a_bridge_with_another_key(keys: Path, model: bytes,
             expecting_real.load_policy(model)
         assert "CurveZMQ handshake" in str(info.value)
         with BridgeClient(impostor.endpoint, timeout_s=5.0, curve=impostor_view) as knowing:
-            assert knowing.status()["counters"]["loads"] == 0  # the upload never arrived
+            assert knowing.status().counters["loads"] == 0  # the upload never arrived
 
 
 def test_unauthenticated_bridge_says_so_loudly(model: bytes) -> None:
@@ -206,6 +206,6 @@ def test_corrupt_upload_is_refused_and_previous_policy_keeps_flying(
     assert info.value.code == code and words in info.value.detail, info.value
     assert "\n" not in str(info.value)
     status = client.status()
-    assert status["policy"]["sha256"] == sha256_hex(model) and status["counters"]["loads"] == 1
+    assert status.reply["policy"]["sha256"] == sha256_hex(model) and status.counters["loads"] == 1
     after = client.act(obs)
     assert after.action == before.action and after.setpoint == before.setpoint

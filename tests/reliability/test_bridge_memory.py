@@ -77,9 +77,9 @@ def test_many_peers_holding_partial_frames_stay_within_the_bound(model: Path) ->
         time.sleep(0.3)
         with BridgeClient(bridge.endpoint, timeout_s=5.0) as client:
             status = client.status()
-            assert status["peers"]["refused"] >= 2 * MAX_CONNECTIONS
-            assert status["peers"]["max"] == DEFAULT_MAX_PEERS
-            assert status["peers"]["max_connections"] == MAX_CONNECTIONS
+            assert status.peers["refused"] >= 2 * MAX_CONNECTIONS
+            assert status.peers["max"] == DEFAULT_MAX_PEERS
+            assert status.peers["max_connections"] == MAX_CONNECTIONS
             assert isinstance(client.act(np.zeros(64, np.float32)).action, int)
 
 
@@ -108,7 +108,7 @@ def test_a_small_cap_is_enforced_and_established_peers_keep_flying(model: Path) 
         try:
             assert sum(peer.alive() for peer in peers) <= 5  # 6 connections minus ours (the launcher's has left)
             status = client.status()
-            assert status["peers"]["connected"] <= 6 and status["peers"]["refused"] >= 7
+            assert status.peers["connected"] <= 6 and status.peers["refused"] >= 7
             assert isinstance(client.act(np.zeros(64, np.float32)).action, int)
         finally:
             for peer in peers:
@@ -124,7 +124,7 @@ def test_large_model_uploads_in_chunks_through_one_bounded_buffer(tmp_path: Path
         try:
             loaded = client.load_policy(big, name="big")
             assert loaded.sha256 == sha256_hex(big) and loaded.reply["received"] == len(big)
-            assert client.status()["peers"]["upload_staged_bytes"] == 0
+            assert client.status().peers["upload_staged_bytes"] == 0
         finally:
             for peer in squatter:
                 peer.close()

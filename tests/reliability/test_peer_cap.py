@@ -92,7 +92,7 @@ for index, sock in enumerate(hosts):
     assert ask(sock, hello_request(1, client=f"vanishing-host-{index}"))["type"] == "hello"
     acts += ask(sock, act_request(2, np.zeros(obs_dim, np.float32)))["type"] == "act"
 status = ask(hosts[0], status_request(3))
-print(json.dumps({"acts": acts, "peers": status["peers"]}), flush=True)
+print(json.dumps({"acts": acts, "peers": status.peers}), flush=True)
 sys.stdin.read()
 """
 
@@ -258,7 +258,7 @@ def test_vanished_hosts_are_reaped_and_a_fresh_client_is_served(link: NetnsLink,
                 # Each dead connection is reaped on its own ping schedule; all of them are gone within a
                 # further ping interval of the first.
                 status = fresh.status()
-                while status["peers"]["connected"] > 1 and time.monotonic() - vanished < SERVED_WITHIN_S + 2.0:
+                while status.peers["connected"] > 1 and time.monotonic() - vanished < SERVED_WITHIN_S + 2.0:
                     time.sleep(POLL_S)
                     status = fresh.status()
                 half_open_left = established_from(link.ns_ip)
@@ -270,14 +270,14 @@ def test_vanished_hosts_are_reaped_and_a_fresh_client_is_served(link: NetnsLink,
         f"\n{DEFAULT_MAX_PEERS} vanished hosts: fresh client BUSY {busy_at:.2f} s after the vanishing, served "
         f"after {served_after:.2f} s (bound {SERVED_WITHIN_S:.1f} s = heartbeat timeout "
         f"{HEARTBEAT_TIMEOUT_MS / 1000:g} s + interval {HEARTBEAT_IVL_MS / 1000:g} s + 2 s); "
-        f"then peers {status['peers']}"
+        f"then peers {status.peers}"
     )
     assert NOT_BEFORE_S <= served_after <= SERVED_WITHIN_S
-    peers = status["peers"]
+    peers = status.peers
     assert peers["admitted"] == peers["connected"] == 1  # every dead peer reaped; the fresh one flies
     assert half_open_left == 0
     assert peers["busy_replies"] >= 1
-    assert status["counters"]["acts"] == DEFAULT_MAX_PEERS + 1  # their acts and the fresh one's: no BUSY act ran
+    assert status.counters["acts"] == DEFAULT_MAX_PEERS + 1  # their acts and the fresh one's: no BUSY act ran
 
 
 def fly(client: BridgeClient, seconds: float) -> tuple[int, int, list[int]]:
@@ -326,8 +326,8 @@ def test_flying_client_keeps_its_deadline_under_connection_churn(model: Path) ->
         reliability = flyer.reliability_counters()
 
     def delta(*keys: str) -> Any:
-        old: Any = before
-        new: Any = after
+        old: Any = before.reply
+        new: Any = after.reply
         for key in keys:
             old, new = old[key], new[key]
         return new - old
@@ -373,6 +373,6 @@ def test_a_live_peer_behind_a_slow_link_is_never_dropped(model: Path) -> None:
         time.sleep(4.0)
         status = client.status()
         counters = client.reliability_counters()
-        print(f"slow link: {time.monotonic() - start:.1f} s, client {counters}, peers {status['peers']}")
+        print(f"slow link: {time.monotonic() - start:.1f} s, client {counters}, peers {status.peers}")
         assert (counters["connections"], counters["disconnects"], proxy.connections_total) == (1, 0, 1)
-        assert status["peers"]["admitted"] == 1
+        assert status.peers["admitted"] == 1
