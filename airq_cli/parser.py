@@ -115,16 +115,16 @@ def arg(
     type: Callable[[str], Any] | None = None,  # noqa: A002 - argparse's name
     required: bool = False,
 ) -> dict[str, Any]:
-    """A dataclass field's metadata for :func:`add_arguments`: its flag's help and the rest, written where the
-    field is. ``flag`` when it is not the field's name with dashes; ``type`` when the annotation's is not the
+    """A dataclass field's metadata (under ``cli``) for :func:`add_arguments`: its flag's help and the rest, written
+    where the field is. ``flag`` when it is not the field's name with dashes; ``type`` when the annotation's is not the
     check (e.g. ``output_dir``)."""
     given = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "type": type}
-    return {"arg": {k: v for k, v in given.items() if v is not None} | ({"required": True} if required else {})}
+    return {"cli": {k: v for k, v in given.items() if v is not None} | ({"required": True} if required else {})}
 
 
 def flag_of(f: dataclasses.Field) -> str:
     """The command-line flag of a dataclass field: its :func:`arg` ``flag``, else ``--`` and its name with dashes."""
-    return str(f.metadata.get("arg", {}).get("flag") or "--" + f.name.replace("_", "-"))
+    return str(f.metadata.get("cli", {}).get("flag") or "--" + f.name.replace("_", "-"))
 
 
 def add_arguments(
@@ -142,7 +142,7 @@ def add_arguments(
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        options = dict(f.metadata.get("arg", {}))
+        options = dict(f.metadata.get("cli", {}))
         flag = flag_of(f)
         options.pop("flag", None)
         kind = hints[f.name]
