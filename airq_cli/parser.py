@@ -107,17 +107,18 @@ def defaults_from(
 
 
 def arg(
-    help: str | None = None,  # noqa: A002 - argparse's name
+    help: str | Callable[[], str] | None = None,  # noqa: A002 - argparse's name
     *,
     flag: str | None = None,
     metavar: str | None = None,
-    choices: Sequence[str] | None = None,
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
     type: Callable[[str], Any] | None = None,  # noqa: A002 - argparse's name
     required: bool = False,
 ) -> dict[str, Any]:
     """A dataclass field's metadata (under ``cli``) for :func:`add_arguments`: its flag's help and the rest, written
     where the field is. ``flag`` when it is not the field's name with dashes; ``type`` when the annotation's is not the
-    check (e.g. ``output_dir``)."""
+    check (e.g. ``output_dir``); ``help`` and ``choices`` may be functions, called when a parser is built (a
+    registry's names as they are then)."""
     given = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "type": type}
     return {"cli": {k: v for k, v in given.items() if v is not None} | ({"required": True} if required else {})}
 
@@ -142,7 +143,9 @@ def add_arguments(
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        options = dict(f.metadata.get("cli", {}))
+        options = {
+            k: v() if k in ("help", "choices") and callable(v) else v for k, v in f.metadata.get("cli", {}).items()
+        }
         flag = flag_of(f)
         options.pop("flag", None)
         kind = hints[f.name]

@@ -10,7 +10,9 @@ from firmware_bridge.mavlink_link import ENDPOINT_FORMS
 from hil.loop import MAX_OUTAGE_S
 from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
 
-_BACKENDS = "; ".join(f"{b}: {get_backend(b).help}" for b in backend_names())
+
+def _backends_help() -> str:
+    return "where the policy flies: " + "; ".join(f"{b}: {get_backend(b).help}" for b in backend_names())
 
 
 @dataclass
@@ -36,9 +38,7 @@ class RunArgs:
     rate_hz: float | None = field(
         default=None, metadata=arg("pace the loop at this rate, deadline misses counted (default: free-running)")
     )
-    backend: str = field(
-        default=DEFAULT_BACKEND, metadata=arg(f"where the policy flies: {_BACKENDS}", choices=backend_names())
-    )
+    backend: str = field(default=DEFAULT_BACKEND, metadata=arg(_backends_help, choices=backend_names))
     airsim_host: str = field(default="127.0.0.1", metadata=arg("AirSim / Cosys-AirSim server (with --backend airsim)"))
     airsim_port: int = 41451
     airsim_scene: str | None = field(

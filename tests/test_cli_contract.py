@@ -344,8 +344,13 @@ def test_defaults_from_a_dataclass_are_written_once():
 def test_arguments_from_a_dataclass_take_type_help_and_flag_from_each_field(capsys):
     from dataclasses import dataclass, field
 
+    kinds = ["x"]  # a registry: its names when the parser is built, not when the class was
+
     @dataclass
     class Args:
+        kind: str = field(
+            default="x", metadata=airq_cli.arg(lambda: "one of " + ", ".join(kinds), choices=lambda: kinds)
+        )
         models: list[str] = field(default_factory=list, metadata=airq_cli.arg("a model", metavar="FILE", required=True))
         rate_hz: float | None = None
         mode: str = field(default="a", metadata=airq_cli.arg("the mode", choices=("a", "b")))
@@ -355,6 +360,7 @@ def test_arguments_from_a_dataclass_take_type_help_and_flag_from_each_field(caps
         out: str = field(default="out/x", metadata=airq_cli.arg(type=airq_cli.output_dir))
         resume: bool = False
 
+    kinds.append("y")
     p = airq_cli.ArgumentParser(prog="t")
     where = p.add_mutually_exclusive_group()
     airq_cli.add_arguments(p, Args, skip=("resume",), groups={"host": where, "local": where})
@@ -362,6 +368,7 @@ def test_arguments_from_a_dataclass_take_type_help_and_flag_from_each_field(caps
     assert Args(**vars(ns)) == Args(models=["m", "n"], rate_hz=2.5, timeout_s=3.0, local=True)
     assert airq_cli.flag_of(next(f for f in dataclasses.fields(Args) if f.name == "timeout_s")) == "--timeout"
     text = p.format_help()
+    assert p.parse_args(["--models", "m", "--kind", "y"]).kind == "y" and "one of x, y" in text
     assert "--models FILE" in text and "per request (default: 1.0)" in text and "--resume" not in text
     bad = [
         ["--models", "m", "--mode", "c"],

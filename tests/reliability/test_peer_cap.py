@@ -92,7 +92,7 @@ for index, sock in enumerate(hosts):
     assert ask(sock, hello_request(1, client=f"vanishing-host-{index}"))["type"] == "hello"
     acts += ask(sock, act_request(2, np.zeros(obs_dim, np.float32)))["type"] == "act"
 status = ask(hosts[0], status_request(3))
-print(json.dumps({"acts": acts, "peers": status.peers}), flush=True)
+print(json.dumps({"acts": acts, "peers": status["peers"]}), flush=True)
 sys.stdin.read()
 """
 
