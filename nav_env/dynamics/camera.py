@@ -89,3 +89,69 @@ def _seen(
     half = math.asin(min(1.0, r / d)) + 1e-6
     a = _wrap(math.atan2(y - py, x - px) - centre)
     return a + half >= lo and a - half <= hi
+
+
+@njit(cache=True)
+def cast_depth(
+    pos: np.ndarray,  # (N, 3) camera positions, arena coordinates
+    rays: np.ndarray,  # (N, 3, P) unit world directions of each env's pixels
+    cyl: np.ndarray,  # (N, Kc, >=3) x, y, radius: vertical cylinders from floor to ceiling
+    box: np.ndarray,  # (N, Kb, 4) x0, y0, x1, y1: axis-aligned boxes from floor to ceiling
+    keep_cyl: np.ndarray,  # (N, Kc) bool: the obstacles to test (visible_obstacles)
+    keep_box: np.ndarray,  # (N, Kb) bool
+    size_x: float,
+    size_y: float,
+    ceiling: float,
+    cutoff: float,
+    dist: np.ndarray,  # (N, P) out: distance along each ray to the first surface, -1 beyond ``cutoff``
+) -> None:
+    """Each pixel's ray against the arena (floor, ceiling and walls: a box seen from inside, so the distance to
+    where the ray leaves it) and the obstacles, which are vertical prisms between floor and ceiling: a ray meets
+    one where its horizontal part meets the footprint, before it leaves the arena (so within the prism's height)."""
+    for i in range(pos.shape[0]):
+        px, py, pz = pos[i, 0], pos[i, 1], pos[i, 2]
+        for p in range(rays.shape[2]):
+            dx, dy, dz = rays[i, 0, p], rays[i, 1, p], rays[i, 2, p]
+            t = math.inf
+            if dx > 0:
+                t = min(t, (size_x - px) / dx)
+            elif dx < 0:
+                t = min(t, -px / dx)
+            if dy > 0:
+                t = min(t, (size_y - py) / dy)
+            elif dy < 0:
+                t = min(t, -py / dy)
+            if dz > 0:
+                t = min(t, (ceiling - pz) / dz)
+            elif dz < 0:
+                t = min(t, -pz / dz)
+            a = dx * dx + dy * dy
+            if a > 0.0:
+                for k in range(cyl.shape[1]):
+                    if keep_cyl[i, k]:
+                        ox, oy, r = px - cyl[i, k, 0], py - cyl[i, k, 1], cyl[i, k, 2]
+                        b = ox * dx + oy * dy
+                        disc = b * b - a * (ox * ox + oy * oy - r * r)
+                        if disc >= 0.0:
+                            hit = (-b - math.sqrt(disc)) / a
+                            if 0.0 <= hit < t:
+                                t = hit
+                for k in range(box.shape[1]):
+                    if keep_box[i, k]:
+                        hit = _slab_entry(px, py, dx, dy, box[i, k, 0], box[i, k, 1], box[i, k, 2], box[i, k, 3])
+                        if 0.0 <= hit < t:
+                            t = hit
+            dist[i, p] = t if t <= cutoff else -1.0
+
+
+@njit(cache=True)
+def _slab_entry(px: float, py: float, dx: float, dy: float, x0: float, y0: float, x1: float, y1: float) -> float:
+    """Where a horizontal ray enters the rectangle [x0, x1] x [y0, y1] (-1: it misses it, or starts inside)."""
+    enter, leave = -math.inf, math.inf
+    for o, d, lo, hi in ((px, dx, x0, x1), (py, dy, y0, y1)):
+        if d != 0.0:
+            t1, t2 = (lo - o) / d, (hi - o) / d
+            enter, leave = max(enter, min(t1, t2)), min(leave, max(t1, t2))
+        elif o < lo or o > hi:
+            return -1.0
+    return enter if enter <= leave else -1.0

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from nav_env.arena import FAR, Episode, slot_counts
 from nav_env.config import NavConfig
-from nav_env.dynamics.camera import visible_obstacles
+from nav_env.dynamics.camera import cast_depth, visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
 from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
 from nav_env.sim import BatchSim, Scored, hash_uniform
@@ -44,9 +43,6 @@ except ImportError as e:  # the optional extra
 ARENA_GAP = 10.0  # m between neighbouring arenas in the physics model
 _WALL = 0.5  # m, half thickness of the x walls
 _VEHICLE, _OBSTACLE = 2, 1  # contype bits: a vehicle touches obstacles only, an obstacle vehicles only
-_CULLED = 5  # the geom group of obstacles a cast skips (nav_env.dynamics.camera)
-_SEEN_GROUPS = np.array([1, 1, 1, 1, 1, 0], np.uint8)
-_THREADED_CASTS = 32  # envs from which a batch of depth images is cast on two threads (fewer: no gain)
 
 
 class MujocoSim(BatchSim):
@@ -84,13 +80,6 @@ class MujocoSim(BatchSim):
         self._obstacle_geoms = np.concatenate([self._cyl_geoms, self._box_geoms], axis=1)
         self._geom_env = np.full(m.ngeom, -1)
         self._geom_env[geom_ids(m, [f"vehicle{i}" for i in range(n)])] = np.arange(n)
-        # one small model per env for its camera: the arena alone, in arena coordinates
-        self._eyes = [mujoco.MjModel.from_xml_string(self._sensor_xml()) for _ in range(n)]
-        self._eye_data = [mujoco.MjData(e) for e in self._eyes]
-        self._eye_cyl = geom_ids(self._eyes[0], [f"cyl{k}" for k in range(kc)])
-        self._eye_box = geom_ids(self._eyes[0], [f"box{k}" for k in range(kb)])
-        self._eye_obstacles = np.concatenate([self._eye_cyl, self._eye_box])
-        self._pool: ThreadPoolExecutor | None = None
         self._camera_rays()
         self.gains = Gains.from_config(self.dyn)
         # the flight controller's state (velocity and rate integrators, yaw setpoint) and the rotors' speeds
@@ -156,18 +145,6 @@ class MujocoSim(BatchSim):
             f"<worldbody>{''.join(planes)}{''.join(arenas)}{''.join(vehicles)}</worldbody></mujoco>"
         )
 
-    def _sensor_xml(self) -> str:
-        """The arena for the camera: floor, ceiling and walls as one box seen from inside (a ray from inside a
-        box gives the distance to where it leaves it: the first of the six faces it meets, as six planes would,
-        and casts faster), then the obstacle slots."""
-        a = self.cfg.arena
-        shell = (
-            f'<geom type="box" size="{a.size_x / 2} {a.size_y / 2} {a.ceiling / 2}" '
-            f'pos="{a.size_x / 2} {a.size_y / 2} {a.ceiling / 2}"/>'
-        )
-        geoms = [shell, *self._obstacle_xml("cyl", "box")]
-        return f'<mujoco model="airq-camera"><worldbody>{"".join(geoms)}</worldbody></mujoco>'
-
     def _camera_rays(self) -> None:
         """Unit ray directions of every pixel in the camera frame (x forward, y left, z up), row-major from the
         top-left pixel as the embedded camera, and each one's cosine to the optical axis (ray -> planar depth)."""
@@ -221,37 +198,29 @@ class MujocoSim(BatchSim):
                 np.full(n_b, half_h),
             ]
         )
-        # unused slots: far away in the camera models; in the physics model inside the arena (a geom far away
-        # would stretch the arena body's bounding box over the other arenas), tiny and unable to touch anything
+        # unused slots: inside the arena (a geom far away would stretch the arena body's bounding box over the other
+        # arenas), tiny and unable to touch anything; the camera casts against self.cyl and self.box
         parked = np.concatenate([cyl[:, 0] >= FAR / 2, box[:, 0] >= FAR / 2])
         pos, size = np.concatenate([cyl_pos, box_pos]), np.concatenate([cyl_size, box_size])
-        eye, physics = self._eyes[i], self.model
-        eye_pos = pos.copy()
-        eye_pos[parked, 0:2] = FAR
+        physics = self.model
         a = self.cfg.arena
         pos[parked] = a.size_x / 2, a.size_y / 2, half_h
         size[parked, 0:2] = 1e-3
-        for model, ids, at in ((physics, self._obstacle_geoms[i], pos), (eye, self._eye_obstacles, eye_pos)):
-            model.geom_pos[ids] = at
-            _size_geoms(model, ids, size, n_c)
+        physics.geom_pos[self._obstacle_geoms[i]] = pos
+        _size_geoms(physics, self._obstacle_geoms[i], size, n_c)
         physics.geom_contype[self._obstacle_geoms[i]] = np.where(parked, 0, _OBSTACLE)
         physics.geom_conaffinity[self._obstacle_geoms[i]] = np.where(parked, 0, _VEHICLE)
-        mujoco.mj_kinematics(eye, self._eye_data[i])
 
     def move_obstacles(self, dt: float | np.floating | np.ndarray) -> None:
-        """:meth:`BatchSim.move_obstacles`, and the moving cylinders' geoms after them in the physics and the camera models."""
+        """:meth:`BatchSim.move_obstacles`, and the moving cylinders' geoms after them in the physics model."""
         super().move_obstacles(dt)
         half_h = self.cfg.arena.ceiling / 2
         lo = self.cfg.obstacles.cylinders[1]  # moving cylinders take the slots after the static ones
         for i in range(self.n):
             c = self.cyl[i, lo:].astype(np.float64)
             pos = np.column_stack([c[:, 0], c[:, 1], np.full(len(c), half_h)])
-            pos[c[:, 0] >= FAR / 2, 0:2] = FAR
             moving = c[:, 0] < FAR / 2
             self.model.geom_pos[self._cyl_geoms[i, lo:][moving]] = pos[moving]
-            eye = self._eyes[i]
-            eye.geom_pos[self._eye_cyl[lo:]] = pos
-            self._eye_data[i].geom_xpos[self._eye_cyl[lo:]] = pos
 
     def _draw_wind(self, i: int) -> None:
         w = self.dyn.wind
@@ -386,40 +355,27 @@ class MujocoSim(BatchSim):
             keep_cyl,
             keep_box,
         )
-        culled = np.concatenate([~keep_cyl, ~keep_box], axis=1).astype(np.uint8) * _CULLED
         dist = np.empty((len(envs), rays.shape[2]))
-        rows = list(enumerate(envs.tolist()))
-        if len(rows) >= _THREADED_CASTS:  # MuJoCo releases the GIL in a cast: two threads, each with its own envs
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(2, thread_name_prefix="airq-camera")
-            list(self._pool.map(lambda part: self._cast_rays(part, rays, culled, dist), (rows[0::2], rows[1::2])))
-        else:
-            self._cast_rays(rows, rays, culled, dist)
+        a = self.cfg.arena
+        cast_depth(
+            np.ascontiguousarray(self.pos[envs], dtype=np.float64),
+            np.ascontiguousarray(rays),
+            self.cyl[envs].astype(np.float64),
+            self.box[envs].astype(np.float64),
+            keep_cyl,
+            keep_box,
+            a.size_x,
+            a.size_y,
+            a.ceiling,
+            self._cutoff,
+            dist,
+        )
         planar = np.where(dist >= 0, dist * self._ray_cos, cam.max_range)
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
         if cam.noise_std > 0 or cam.dropout > 0:
             self.add_camera_noise(depth, idx)
         return depth
-
-    def _cast_rays(self, rows: list[tuple[int, int]], rays: np.ndarray, culled: np.ndarray, dist: np.ndarray) -> None:
-        """The depth rays of the envs in ``rows`` ((row, env) pairs), skipping each env's culled obstacles;
-        distances into ``dist[row]`` (-1: no hit within the cutoff)."""
-        geom = np.empty(rays.shape[2], np.int32)
-        for r, i in rows:
-            eye = self._eyes[i]
-            eye.geom_group[self._eye_obstacles] = culled[r]
-            vec = np.ascontiguousarray(rays[r].T).reshape(-1)
-            origin = self.pos[i].copy()
-            mujoco.mj_multiRay(
-                eye, self._eye_data[i], origin, vec, _SEEN_GROUPS, 1, -1, geom, dist[r], None, len(geom), self._cutoff
-            )
-
-    def close(self) -> None:
-        """Stop the camera's threads (they also end with the process)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
 
     def camera_rotation(self, envs: np.ndarray) -> np.ndarray:
         """Camera-to-world rotations (n, 3, 3) of envs ``envs`` (camera x forward, y left, z up)."""
