@@ -9,9 +9,10 @@ conaffinity), so the worlds never interact. One ``mj_step`` advances every vehic
 controller and motors (:mod:`nav_env.dynamics.controller`) run for all of them and push each body with its
 rotors' force and torque (``xfrc_applied``).
 
-The depth camera is ray cast by ``mj_multiRay`` from the vehicle's centre, in a small model per env that
-holds just its arena (so a cast never tests another arena's geoms); obstacles outside the camera's view are
-left out of each cast (:mod:`nav_env.dynamics.camera`: exact, it only saves time). The rays keep the embedded
+The depth camera is ray cast from the vehicle's centre by :func:`nav_env.dynamics.camera.cast_depth` against
+its own arena (a box seen from inside) and obstacles (vertical prisms between floor and ceiling), pixel for pixel
+what MuJoCo's ``mj_multiRay`` casts on the same geoms (tested) at about a third of its cost; obstacles outside
+the camera's view are left out of each cast (:mod:`nav_env.dynamics.camera`: exact, it only saves time). The rays keep the embedded
 camera's pixel layout and planar depth; with ``camera_mount.mount = "body"`` they turn with the airframe (a
 drone pitched forward looks toward the floor), with ``"gimbal"`` only with its heading. A collision is any
 MuJoCo contact of the vehicle's sphere, checked at every physics step and at the end of the period.
