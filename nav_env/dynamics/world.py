@@ -12,9 +12,9 @@ rotors' force and torque (``xfrc_applied``).
 The depth camera is ray cast from the vehicle's centre by :func:`nav_env.dynamics.camera.cast_depth` against
 its own arena (a box seen from inside) and obstacles (vertical prisms between floor and ceiling), pixel for pixel
 what MuJoCo's ``mj_multiRay`` casts on the same geoms (tested) at about a third of its cost; obstacles outside
-the camera's view are left out of each cast (:mod:`nav_env.dynamics.camera`: exact, it only saves time). The rays keep the embedded
-camera's pixel layout and planar depth; with ``camera_mount.mount = "body"`` they turn with the airframe (a
-drone pitched forward looks toward the floor), with ``"gimbal"`` only with its heading. A collision is any
+the camera's view are left out of each cast (:mod:`nav_env.dynamics.camera`: exact, it only saves time). The
+rays keep the embedded camera's pixel layout and planar depth; with ``camera_mount.mount = "body"`` they turn with
+the airframe (a drone pitched forward looks toward the floor), with ``"gimbal"`` only with its heading. A collision is any
 MuJoCo contact of the vehicle's sphere, checked at every physics step and at the end of the period.
 
 Everything nav_env reads from a simulator (``pos``, ``vel``, ``yaw``, ``yaw_rate``, the obstacles) is kept in
@@ -358,9 +358,10 @@ class MujocoSim(BatchSim):
         )
         dist = np.empty((len(envs), rays.shape[2]))
         a = self.cfg.arena
+        # the obstacles in float64, as MuJoCo's geoms hold them: in float32 the kernel's products (r * r) would round
         cast_depth(
-            np.ascontiguousarray(self.pos[envs], dtype=np.float64),
-            np.ascontiguousarray(rays),
+            self.pos[envs],
+            rays,
             self.cyl[envs].astype(np.float64),
             self.box[envs].astype(np.float64),
             keep_cyl,
