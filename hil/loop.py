@@ -455,6 +455,7 @@ def run_closed_loop(
             start_distance=info["start_distance"],
             straight_distance=info["start_distance"] - cfg.task.success_radius,
             flight_time=info.get("flight_time"),
+            physics=info.get("physics"),
         )
         misses = link.stats.deadline_misses - misses_before
         rec.episodes.append(ep)

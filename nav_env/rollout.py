@@ -30,6 +30,7 @@ class EpisodeResult:
     start_distance: float
     straight_distance: float  # from the start to the edge of the goal's success radius
     flight_time: float | None = None  # simulated seconds (None: a row recorded before it was kept)
+    physics: dict[str, float] | None = None  # what the episode flew, where the dynamics randomize it
 
     @property
     def success(self) -> bool:
@@ -92,6 +93,7 @@ def run_episodes(
                 start_distance=float(info["start_distance"][i]),
                 straight_distance=float(info["start_distance"][i]) - cfg.task.success_radius,
                 flight_time=float(info["flight_time"][i]),
+                physics={k: float(v[i]) for k, v in info["physics"].items()} if "physics" in info else None,
             )
             returns[i] = 0.0
             if next_episode < episodes:
@@ -143,4 +145,15 @@ def summarize(results: list[EpisodeResult]) -> dict:
 
 
 def as_rows(results: list[EpisodeResult]) -> list[dict]:
-    return [asdict(r) for r in sorted(results, key=lambda r: r.episode)]
+    """One dict per episode in episode order; ``physics`` only where the episode drew its physics."""
+    rows = [asdict(r) for r in sorted(results, key=lambda r: r.episode)]
+    for row in rows:
+        if row["physics"] is None:
+            del row["physics"]
+    return rows
+
+
+def flat_row(row: dict) -> dict:
+    """An :func:`as_rows` row with its ``physics`` as ``physics_<name>`` columns (a CSV row)."""
+    physics = row.get("physics") or {}
+    return {k: v for k, v in row.items() if k != "physics"} | {f"physics_{k}": v for k, v in physics.items()}

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from nav_env.arena import Episode, slot_counts
 from nav_env.config import N_STATE_FEATURES, NavConfig
+
+
+class DrawnPhysics(Protocol):
+    """What a simulator drew for each env's episode (nav_env.dynamics.randomize.EpisodePhysics)."""
+
+    def record(self, i: int) -> dict[str, float]: ...
+
+    def arrays(self) -> dict[str, np.ndarray]: ...
+
 
 # a step's outcome per env: reward, terminated, truncated, collision, success (each (N,))
 Scored = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -264,7 +274,7 @@ class BatchSim:
 
     def info(self, i: int, collision: bool, success: bool) -> dict:
         """The Gymnasium ``info`` of env ``i`` (see NavEnv's docstring)."""
-        return {
+        info: dict[str, Any] = {
             "is_success": success,
             "collision": collision,
             "distance_to_goal": float(self.prev_dist[i]),
@@ -274,6 +284,14 @@ class BatchSim:
             "flight_time": float(self.flight_time[i]),
             "zone": int(self.zone[i]),
         }
+        physics = self.episode_physics()
+        if physics is not None:
+            info["physics"] = physics.record(i)
+        return info
+
+    def episode_physics(self) -> DrawnPhysics | None:
+        """The physics each env's episode drew (a simulator whose dynamics randomize; None: nothing drawn)."""
+        return None
 
     # ------------------------------------------------------------------ sensing
     def observe(self, idx: np.ndarray | slice = slice(None), depth: np.ndarray | None = None) -> np.ndarray:
@@ -398,21 +416,22 @@ class BatchSim:
             np.minimum(t, near.min(axis=2), out=t)
         return t
 
-    def add_camera_noise(self, depth: np.ndarray, idx: np.ndarray | slice) -> None:
+    def add_camera_noise(self, depth: np.ndarray, idx: np.ndarray | slice, noise_std: np.ndarray | None = None) -> None:
         """The level's camera noise (``camera.noise_std``) and dropout (``camera.dropout``), in place, on the
         normalised depth images ``depth`` (n, H, W) of the envs ``idx``: a counter-based hash of (episode key,
         step, pixel), so the noise is the same whichever batch an episode runs in and whichever simulator cast
-        the image. Callers skip it when both are 0."""
+        the image. ``noise_std`` (n,): each env's own standard deviation instead of the level's (an episode's
+        drawn physics). Callers skip it when there is neither noise nor dropout."""
         cam = self.cfg.camera
         n = depth.shape[0]
         flat = depth.reshape(n, -1)
         key = self.noise_key[idx].astype(np.uint32)[:, None]
         step = self.steps[idx].astype(np.uint32)[:, None]
         u1 = hash_uniform(key, step, self.pixel_index, 0x68E31DA4)
-        if cam.noise_std > 0:
+        if noise_std is not None and noise_std.any() or noise_std is None and cam.noise_std > 0:
             u2 = hash_uniform(key, step, self.pixel_index, 0xB5297A4D)
             gauss = np.sqrt(-2.0 * np.log(u2)) * np.cos(np.float32(2 * math.pi) * u1)
-            flat += np.float32(cam.noise_std) * gauss
+            flat += (np.float32(cam.noise_std) if noise_std is None else noise_std.astype(np.float32)[:, None]) * gauss
             np.clip(flat, 0.0, 1.0, out=flat)
         if cam.dropout > 0:
             u3 = hash_uniform(key, step, self.pixel_index, 0x1B56C4E9)

@@ -170,6 +170,9 @@ class NavVectorEnv(VectorEnv):
         }
         for k in INFO_KEYS:
             info["_" + k] = self._all
+        physics = s.episode_physics()
+        if physics is not None:  # what each env flew this step (copied before any autoreset draws anew)
+            info["physics"], info["_physics"] = physics.arrays(), self._all
         return info
 
     def render(self) -> list[np.ndarray] | None:  # type: ignore[override]  # one RGB frame per env

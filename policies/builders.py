@@ -29,6 +29,7 @@ def make_vec_env(cfg: TrainConfig, restart: int = 0) -> NavSB3VecEnv:
         graduate=cfg.curriculum_graduate,
         latency=latency,
         backend=cfg.backend,
+        dynamics=cfg.dynamics_config(),
     )
     # Training seeds start at 10M: disjoint from evaluation (0.. and 1M..); a resumed run draws new
     # episodes rather than replaying the first ones.
@@ -96,11 +97,15 @@ def build_model(cfg: TrainConfig, venv: NavSB3VecEnv, tb_dir: str | None):
 
 
 def warm_start(model, source: str) -> None:
-    """Copy the actor (policy_net + action_net) from another checkpoint / run dir of the same preset."""
+    """Copy the actor (policy_net + action_net) from another checkpoint / run dir of the same preset, or from a
+    shipped fp32 ONNX model (models/*_fp32.onnx: its Gemm weights are the actor's layers)."""
     # deferred: torch (via policies.actor): seconds to import
     from policies.actor import load_run
 
     src = Path(source)
+    if src.suffix == ".onnx":
+        _warm_start_from_onnx(model, src)
+        return
     if src.is_dir():
         _, teacher, _ = load_run(src)
     else:
@@ -116,3 +121,33 @@ def warm_start(model, source: str) -> None:
             dst_mod.load_state_dict(src_mod.state_dict())
         except RuntimeError:
             raise UserError(f"init_from {src}: {name} has a different architecture") from None
+
+
+def _warm_start_from_onnx(model, src: Path) -> None:
+    """The actor's Linear layers from an fp32 ONNX export (policies.export: Gemm nodes with transB=1, weights
+    (out, in) as torch keeps them), in graph order: the body's layers, then the head."""
+    # deferred: onnx, torch: seconds to import
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    if not src.is_file():
+        raise UserError(f"init_from not found: {src}")
+    graph = onnx.load(str(src)).graph
+    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    gemms = [n for n in graph.node if n.op_type == "Gemm"]
+    if not gemms or any(n.input[1] not in weights or len(n.input) < 3 for n in gemms):
+        raise UserError(f"init_from {src}: not an fp32 airq export (its layers are not Gemm nodes with weights)")
+    policy = model.policy
+    layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)] + [policy.action_net]
+    if len(layers) != len(gemms):
+        raise UserError(f"init_from {src}: {len(gemms)} layers, the preset's actor has {len(layers)}")
+    with torch.no_grad():
+        for layer, node in zip(layers, gemms):
+            w, b = weights[node.input[1]].copy(), weights[node.input[2]].copy()
+            if tuple(w.shape) != tuple(layer.weight.shape):
+                raise UserError(
+                    f"init_from {src}: layer {node.input[1]} is {w.shape}, the preset's is {tuple(layer.weight.shape)}"
+                )
+            layer.weight.copy_(torch.as_tensor(w))
+            layer.bias.copy_(torch.as_tensor(b))

@@ -44,13 +44,24 @@ if TYPE_CHECKING:  # torch loads in functions: a wrong flag is reported before s
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "train" / "policy3_default.toml"
 
 
-def collect(teacher, student, cfg, n_samples: int, teacher_share: float, seed: int, num_envs: int = 64):
+def collect(
+    teacher,
+    student,
+    cfg,
+    n_samples: int,
+    teacher_share: float,
+    seed: int,
+    num_envs: int = 64,
+    backend: str = "embedded",
+    dynamics=None,
+):
     """Fly a mixture (teacher acts with probability ``teacher_share`` per env-step, else the student)
-    and return the visited observations with the teacher's labels."""
+    and return the visited observations with the teacher's labels. ``backend`` and ``dynamics``: the simulator
+    the teacher trained in (the student learns on the vehicle the teacher flies)."""
     # deferred: torch: seconds to import
     import torch
 
-    env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
+    env = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP, backend=backend, dynamics=dynamics)
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     xs: list[np.ndarray] = []
@@ -142,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         policy=args.policy,
         algo="ppo",
         level=t_cfg.level,
+        backend=t_cfg.backend,
+        dynamics=t_cfg.dynamics,
         seed=args.seed,
         out=str(out),
         init_from="",
@@ -173,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             args.samples_per_iteration,
             share,
             seed=TRAIN_SEED_BASE + 500_000 + args.seed * 10_000 + it * 1_000,
+            backend=cfg.backend,
+            dynamics=cfg.dynamics_config(),
         )
         xs.append(x)
         ys.append(y)

@@ -1,7 +1,7 @@
 """Evaluate policies (run directories or ONNX files of any precision) on the same seeded episodes.
 
     python -m policies.evaluate POLICY [POLICY ...] --episodes 200 --level default --seed 0
-        [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME] [--backend mujoco]
+        [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME] [--backend mujoco [--dynamics TOML]]
 
 POLICY may also be ``baseline:heuristic`` or ``baseline:random`` (nav_env's scripted baselines).
 Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up: for two or more policies
@@ -22,15 +22,16 @@ import io
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
-from nav_env.backends import DEFAULT_BACKEND, backend_names
+from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
 from nav_env.config import load_level
 from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
-from nav_env.rollout import as_rows, run_episodes, summarize
+from nav_env.rollout import as_rows, flat_row, run_episodes, summarize
 from nav_env.stats import paired_difference
-from policies.config import RUN_CHECKPOINTS
+from policies.config import RUN_CHECKPOINTS, load_dynamics_file
 from policies.errors import UserError
 from policies.loading import LoadedPolicy, check_obs_dim, load_policy
 
@@ -69,14 +70,18 @@ def evaluate(
     num_envs: int,
     latency: LatencySource | None = None,
     backend: str = "embedded",
+    dynamics: Any = None,
 ) -> dict:
     report: dict = {"level": cfg.level, "episodes": episodes, "seed": seed, "deterministic": True, "policies": {}}
     report["backend"] = backend
+    report["dynamics"] = None if dynamics is None else dynamics.source  # None: the backend's default
     report["latency"] = latency.describe() if latency is not None else None  # None: lockstep
     outcomes: dict[str, list[bool]] = {}
     for p in policies:
         t0 = time.perf_counter()
-        results = sorted(run_episodes(p.act, cfg, episodes, seed, num_envs, latency, backend), key=lambda r: r.episode)
+        results = sorted(
+            run_episodes(p.act, cfg, episodes, seed, num_envs, latency, backend, dynamics), key=lambda r: r.episode
+        )
         summary = summarize(results) | {"wall_s": round(time.perf_counter() - t0, 2)}
         report["policies"][p.name] = {
             "source": p.source,
@@ -208,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_BACKEND,
         help="the simulator (nav_env.backends)",
     )
+    p.add_argument(
+        "--dynamics",
+        metavar="TOML",
+        help="the vehicle's dynamics file, for a backend that has one (default nav_env/dynamics/iris.toml; docs/dynamics.md)",
+    )
     p.add_argument("--checkpoint", choices=RUN_CHECKPOINTS, default="best", help="which checkpoint of a run directory")
     p.add_argument("--out", type=output_dir, default="out/eval", help="output folder")
     p.add_argument("--name", help="output file stem (default eval_LEVEL_sSEED_nEPISODES)")
@@ -218,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     latency = offline_latency(args.latency) if args.latency else None
+    if args.dynamics and not get_backend(args.backend).dynamics_config:
+        raise UserError(f"--dynamics is for a backend with vehicle dynamics, not --backend {args.backend}")
+    dynamics = load_dynamics_file(args.dynamics) if args.dynamics else None
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
     # deferred: torch (seconds to import), after the argument checks: a wrong flag answers at once
@@ -230,11 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         check_obs_dim(pol, cfg.obs_dim, cfg.level)
     unique_names(policies)
 
-    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency, args.backend)
+    report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency, args.backend, dynamics)
     stem = args.name or f"eval_{cfg.level}_s{args.seed}_n{args.episodes}"
     out = Path(args.out)
     rows = summary_rows(report)
-    episode_rows = [{"policy": n, **r} for n, e in report["policies"].items() for r in e["episodes"]]
+    episode_rows = [{"policy": n, **flat_row(r)} for n, e in report["policies"].items() for r in e["episodes"]]
     write_json(out / f"{stem}.json", report)
     write_atomic(out / f"{stem}.csv", to_csv(rows, SUMMARY_COLUMNS))
     write_atomic(out / f"{stem}_episodes.csv", to_csv(episode_rows, list(episode_rows[0])))

@@ -34,6 +34,7 @@ def evaluate_model(model, cfg: TrainConfig, episodes: int, seed: int) -> dict:
             num_envs=32,
             latency=latency,
             backend=cfg.backend,
+            dynamics=cfg.dynamics_config(),
         )
     )
     s = summarize(results)

@@ -32,7 +32,8 @@ class NavSB3VecEnv(VecEnv):
     ``graduate``: with the curriculum on, once its last goal zone is unlocked the env switches to
     drawing goals uniformly over all zones, which is the distribution policies are evaluated on.
     ``latency``: each step's actions land delays drawn from it (nav_env's set_latency), one per env.
-    ``backend``: the simulator (nav_env's ``embedded`` or ``mujoco``).
+    ``backend``: the simulator (nav_env's ``embedded`` or ``mujoco``); ``dynamics``: its vehicle dynamics (a config or
+    a TOML path; None: the backend's default).
     """
 
     def __init__(
@@ -42,8 +43,11 @@ class NavSB3VecEnv(VecEnv):
         graduate: bool = True,
         latency: LatencySource | None = None,
         backend: str = "embedded",
+        dynamics: Any = None,
     ):
-        self.venv = NavVectorEnv(num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP, backend=backend)
+        self.venv = NavVectorEnv(
+            num_envs, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP, backend=backend, dynamics=dynamics
+        )
         self.graduate = graduate
         self.latency = latency  # latency-aware training: every env-step's action lands a drawn delay late
         self.graduated = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,30 @@ class WindConfig:
 
 
 @dataclass(frozen=True)
+class RandomizationConfig:
+    """Ranges ``[low, high]`` drawn uniformly per episode from the episode's seed (:mod:`nav_env.dynamics.randomize`);
+    a range of one value (``[1, 1]`` for a scale, ``[0, 0]`` for an addition) leaves that parameter nominal."""
+
+    mass_scale: tuple[float, float] = (1.0, 1.0)  # the airframe's mass; the controller keeps the nominal one
+    inertia_scale: tuple[float, float] = (1.0, 1.0)  # all three axes; the controller keeps the nominal ones
+    motor_constant_scale: tuple[float, float] = (1.0, 1.0)  # thrust per (rad/s)^2 (so also the maximum thrust)
+    motor_time_constant_scale: tuple[float, float] = (1.0, 1.0)  # both the up and the down time constant
+    rotor_drag_scale: tuple[float, float] = (1.0, 1.0)
+    gust_std: tuple[float, float] = (0.0, 0.0)  # m/s, added to wind.gust_std
+    camera_pitch_deg: tuple[float, float] = (0.0, 0.0)  # added to camera_mount.pitch_deg
+    depth_noise_std: tuple[float, float] = (0.0, 0.0)  # added to the level's camera.noise_std (normalised depth)
+    act_delay_ms: tuple[float, float] = (0.0, 0.0)  # each action reaches the controller this late, on top of any
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any range is wider than one value or off its nominal value."""
+        return any(
+            tuple(getattr(self, f.name)) != tuple(f.default)  # type: ignore[arg-type]
+            for f in fields(self)
+        )
+
+
+@dataclass(frozen=True)
 class DynamicsConfig:
     airframe: AirframeConfig = field(default_factory=AirframeConfig)
     motors: MotorConfig = field(default_factory=MotorConfig)
@@ -101,6 +125,7 @@ class DynamicsConfig:
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
     camera_mount: CameraMountConfig = field(default_factory=CameraMountConfig)
     wind: WindConfig = field(default_factory=WindConfig)
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     source: str = "iris.toml"
 
     @property
@@ -125,6 +150,7 @@ _SECTIONS: dict[str, type] = {
     "physics": PhysicsConfig,
     "camera_mount": CameraMountConfig,
     "wind": WindConfig,
+    "randomization": RandomizationConfig,
 }
 
 
@@ -198,3 +224,33 @@ def validate_dynamics(cfg: DynamicsConfig) -> None:
         raise ConfigError(f"{src}: wind.speed range is reversed: {list(cfg.wind.speed)}")
     nonneg("wind.gust_std", cfg.wind.gust_std)
     positive("wind.gust_time_constant", cfg.wind.gust_time_constant)
+    validate_randomization(cfg)
+
+
+def validate_randomization(cfg: DynamicsConfig) -> None:
+    src, r = cfg.source, cfg.randomization
+    for f in fields(r):
+        lo, hi = getattr(r, f.name)
+        where = f"randomization.{f.name}"
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ConfigError(f"{src}: {where} must be finite, got {[lo, hi]}")
+        if hi < lo:
+            raise ConfigError(f"{src}: {where} range is reversed: {[lo, hi]}")
+        if f.name.endswith("_scale") and lo <= 0:
+            raise ConfigError(f"{src}: {where} must be positive, got {[lo, hi]}")
+        if f.name in ("gust_std", "depth_noise_std", "act_delay_ms") and lo < 0:
+            raise ConfigError(f"{src}: {where} must be >= 0, got {[lo, hi]}")
+    low_pitch = cfg.camera_mount.pitch_deg + r.camera_pitch_deg[0]
+    high_pitch = cfg.camera_mount.pitch_deg + r.camera_pitch_deg[1]
+    if not (-90 < low_pitch and high_pitch < 90):
+        raise ConfigError(
+            f"{src}: camera_mount.pitch_deg + randomization.camera_pitch_deg must stay in (-90, 90), "
+            f"got {[low_pitch, high_pitch]}"
+        )
+    lightest_thrust = 4 * cfg.motors.max_thrust * r.motor_constant_scale[0]
+    heaviest = cfg.hover_thrust * r.mass_scale[1]
+    if lightest_thrust <= heaviest:
+        raise ConfigError(
+            f"{src}: with randomization the weakest motors ({lightest_thrust:.1f} N) cannot lift the heaviest "
+            f"airframe ({heaviest:.1f} N)"
+        )

@@ -22,10 +22,13 @@ The cascade, outermost first, every loop running once per physics step (``physic
    inverse of the airframe's allocation matrix, each clipped to ``[0, max_thrust]`` (a real motor's saturation;
    PX4's allocator then trades thrust for attitude, this one clips), then the rotor speed that gives it.
 
-The motors: rotor speed follows its command through a first-order lag (``time_constant_up`` when speeding up,
+The motors: the controller commands the rotor speed that gives each thrust by the nominal motor constant; the
+rotor speed follows its command through a first-order lag (``time_constant_up`` when speeding up,
 ``time_constant_down`` when slowing, integrated exactly over a step); thrust is ``motor_constant w^2``, each
 rotor's yaw moment ``moment_constant`` times its thrust against its spin, rotor drag ``-|w| rotor_drag v_perp``
-on the airspeed in the rotor plane (Gazebo's ``gazebo_motor_model``, whose parameters the Iris file gives).
+on the airspeed in the rotor plane (Gazebo's ``gazebo_motor_model``, whose parameters the Iris file gives). The
+motors' constants are per vehicle (``motor_constant``, ``lag_up``, ``lag_down``, ``rotor_drag``): a randomized
+episode flies motors the controller does not know (:mod:`nav_env.dynamics.randomize`).
 
 :func:`control_step` runs all of it for N vehicles, compiled by Numba (one call per physics step for every
 world: a Python loop over the cascade's arithmetic would cost more than MuJoCo's step).
@@ -140,6 +143,10 @@ def control_step(
     rate_integral: np.ndarray,  # (N, 3)
     yaw_setpoint: np.ndarray,  # (N,)
     rotor_speed: np.ndarray,  # (N, 4) rad/s, updated
+    motor_constant: np.ndarray,  # (N,) the motors each vehicle flies (the controller commands with g's nominal ones)
+    lag_up: np.ndarray,  # (N,)
+    lag_down: np.ndarray,  # (N,)
+    rotor_drag: np.ndarray,  # (N,)
     xfrc: np.ndarray,  # (N, 6) out: world force and torque on each airframe's centre
 ) -> None:
     """One physics step of the cascade and the motors for every active vehicle (module docstring)."""
@@ -222,10 +229,11 @@ def control_step(
             for k in range(4):
                 f += g.mixer[r, k] * wrench[k]
             f = _clip(f, 0.0, g.max_thrust)
+            # the speed the controller commands for thrust f, as it believes the motors to be; the motor lags it
             gap = math.sqrt(f / g.motor_constant) - rotor_speed[i, r]
-            rotor_speed[i, r] += (g.lag_up if gap > 0 else g.lag_down) * gap
+            rotor_speed[i, r] += (lag_up[i] if gap > 0 else lag_down[i]) * gap
             w = rotor_speed[i, r]
-            f = g.motor_constant * w * w
+            f = motor_constant[i] * w * w
             thrust_total += f
             tau_x += g.rotor_y[r] * f
             tau_y -= g.rotor_x[r] * f
@@ -235,7 +243,7 @@ def control_step(
         ax, ay, az = qvel[i, 0] - airflow[i, 0], qvel[i, 1] - airflow[i, 1], qvel[i, 2] - airflow[i, 2]
         bx = rot[0, 0] * ax + rot[1, 0] * ay + rot[2, 0] * az
         by = rot[0, 1] * ax + rot[1, 1] * ay + rot[2, 1] * az
-        fbx, fby = -g.rotor_drag * speed_sum * bx, -g.rotor_drag * speed_sum * by
+        fbx, fby = -rotor_drag[i] * speed_sum * bx, -rotor_drag[i] * speed_sum * by
         for k in range(3):
             xfrc[i, k] = rot[k, 0] * fbx + rot[k, 1] * fby + rot[k, 2] * thrust_total
             xfrc[i, 3 + k] = rot[k, 0] * tau_x + rot[k, 1] * tau_y + rot[k, 2] * tau_z

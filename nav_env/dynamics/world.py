@@ -34,6 +34,7 @@ from nav_env.config import NavConfig
 from nav_env.dynamics.camera import cast_depth, visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
 from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
+from nav_env.dynamics.randomize import EpisodePhysics, mount_rotation
 from nav_env.sim import BatchSim, Scored, hash_uniform
 
 try:
@@ -72,6 +73,7 @@ class MujocoSim(BatchSim):
         self._qvel = self.data.qvel.reshape(n, 6)
         body0 = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "vehicle0")
         self._xfrc = self.data.xfrc_applied[body0 : body0 + n]
+        self._bodies = slice(body0, body0 + n)
 
         def geom_ids(model: mujoco.MjModel, names: list[str]) -> np.ndarray:
             return np.array([mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, s) for s in names], dtype=int)
@@ -81,8 +83,13 @@ class MujocoSim(BatchSim):
         self._obstacle_geoms = np.concatenate([self._cyl_geoms, self._box_geoms], axis=1)
         self._geom_env = np.full(m.ngeom, -1)
         self._geom_env[geom_ids(m, [f"vehicle{i}" for i in range(n)])] = np.arange(n)
+        # what each env flies this episode: the nominal airframe, or one drawn from [randomization]
+        self.randomized = self.dyn.randomization.enabled
+        self._scratch = mujoco.MjData(self.model) if self.randomized else None
+        self.physics = EpisodePhysics.nominal(self.dyn, n, cfg.camera.noise_std)
         self._camera_rays()
         self.gains = Gains.from_config(self.dyn)
+        self.lag_up, self.lag_down = np.full(n, self.gains.lag_up), np.full(n, self.gains.lag_down)
         # the flight controller's state (velocity and rate integrators, yaw setpoint) and the rotors' speeds
         self.altitude_target = np.zeros(n)
         self.vel_integral = np.zeros((n, 3))
@@ -160,8 +167,8 @@ class MujocoSim(BatchSim):
         self._tan_half = np.array([abs(u[0]), abs(t[0])])
         # no pixel's planar depth reaches beyond max_range: farther geoms are not tested
         self._cutoff = self.cfg.camera.max_range / float(self._ray_cos.min())
-        p = math.radians(self.dyn.camera_mount.pitch_deg)  # up-tilt: a rotation about the camera's y by -p
-        self._mount = np.array([[math.cos(p), 0, -math.sin(p)], [0, 1, 0], [math.sin(p), 0, math.cos(p)]])
+        self._mount = mount_rotation(self.dyn.camera_mount.pitch_deg)
+        self._mounts = np.tile(self._mount, (self.n, 1, 1))  # per env, when randomization draws the pitch
 
     # ------------------------------------------------------------------ episodes
     def load(self, idx: Sequence[int] | np.ndarray, episodes: Sequence[Episode]) -> None:
@@ -173,13 +180,22 @@ class MujocoSim(BatchSim):
             self._qpos[i, 0:3] = self.pos[i] + self.offset[i]
             self._qpos[i, 3:7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
             self._qvel[i] = 0.0
+            if self.randomized:
+                self._draw_physics(i)
             self._draw_wind(i)
+        if self.randomized:
+            # MuJoCo keeps a free body's mass matrix (dof_M0) from the masses it was compiled with: recompute the
+            # model's constants for the new ones, in a scratch MjData (it poses the model at qpos0)
+            mujoco.mj_setConst(self.model, self._scratch)
         quat_to_mat(self._qpos[:, 3:7], self.rot)
         self.altitude_target[idx] = self.pos[idx, 2]
         self.vel_integral[idx] = 0.0
         self.rate_integral[idx] = 0.0
         self.yaw_setpoint[idx] = self.yaw[idx]
-        self.rotor_speed[idx] = self.dyn.hover_rotor_speed  # an episode starts in a hover
+        # an episode starts in a hover (of the airframe it flies: the controller's integrators start at zero)
+        self.rotor_speed[idx] = (
+            self.physics.hover_rotor_speed(idx)[:, None] if self.randomized else self.dyn.hover_rotor_speed
+        )
         self.clock_lead[idx] = 0.0
         self.hit[idx] = False
         mujoco.mj_kinematics(self.model, self.data)
@@ -223,6 +239,18 @@ class MujocoSim(BatchSim):
             moving = c[:, 0] < FAR / 2
             self.model.geom_pos[self._cyl_geoms[i, lo:][moving]] = pos[moving]
 
+    def _draw_physics(self, i: int) -> None:
+        """Env ``i``'s airframe, motors, camera and delay for its episode (nav_env.dynamics.randomize), into the
+        physics model and the arrays the motors, camera and schedule read."""
+        p = self.physics
+        p.draw(i, self.dyn, int(self.noise_key[i]), self.cfg.camera.noise_std)
+        body = self._bodies.start + i
+        self.model.body_mass[body] = p.mass[i]
+        self.model.body_inertia[body] = p.inertia_x[i], p.inertia_y[i], p.inertia_z[i]
+        self.lag_up[i] = -math.expm1(-self.h / p.motor_time_constant_up[i])  # as Gains computes the nominal lag
+        self.lag_down[i] = -math.expm1(-self.h / p.motor_time_constant_down[i])
+        self._mounts[i] = mount_rotation(float(p.camera_pitch_deg[i]))
+
     def _draw_wind(self, i: int) -> None:
         w = self.dyn.wind
         key, step = self.noise_key[i : i + 1, None].astype(np.uint32), np.zeros((1, 1), np.uint32)
@@ -230,13 +258,15 @@ class MujocoSim(BatchSim):
         speed = w.speed[0] + (w.speed[1] - w.speed[0]) * float(u[0])
         heading = 2 * math.pi * float(u[1])
         self.wind[i] = speed * math.cos(heading), speed * math.sin(heading), 0.0
+        self.physics.wind_speed[i] = speed
         self.gust[i] = 0.0
 
     def _update_gusts(self, period: np.ndarray) -> None:
         """One exact Ornstein-Uhlenbeck step per control period for each horizontal gust component; the
         normal draws are hashed from (episode, step), so an episode's gusts do not depend on its batch."""
         w = self.dyn.wind
-        if w.gust_std == 0:
+        gust_std = self.physics.gust_std
+        if not gust_std.any():
             return
         decay = np.exp(-period / w.gust_time_constant)
         u = hash_uniform(
@@ -246,12 +276,17 @@ class MujocoSim(BatchSim):
             0x3C6EF372,
         ).astype(np.float64)
         normal = np.sqrt(-2 * np.log(u[:, 0:2])) * np.cos(2 * math.pi * u[:, 2:4])  # Box-Muller
-        self.gust[:, 0:2] = self.gust[:, 0:2] * decay[:, None] + w.gust_std * np.sqrt(1 - decay**2)[:, None] * normal
+        self.gust[:, 0:2] = (
+            self.gust[:, 0:2] * decay[:, None] + (gust_std[:, None] * np.sqrt(1 - decay**2)[:, None]) * normal
+        )
 
     # ------------------------------------------------------------------ dynamics
     def step(self, cmd: np.ndarray, delay: np.ndarray | None = None, period: np.ndarray | None = None) -> Scored:
         dt = self.cfg.vehicle.dt
         cmd = np.asarray(cmd, dtype=np.float64)
+        if self.randomized and self.physics.act_delay_s.any():  # the episode's own delay, on top of the caller's
+            given = 0.0 if delay is None else np.broadcast_to(np.asarray(delay, np.float64), (self.n,))
+            delay = given + self.physics.act_delay_s
         share: np.ndarray | float
         if delay is None and period is None or self.is_lockstep(delay, period):
             self.held[:] = cmd
@@ -306,6 +341,10 @@ class MujocoSim(BatchSim):
                 self.rate_integral,
                 self.yaw_setpoint,
                 self.rotor_speed,
+                self.physics.motor_constant,
+                self.lag_up,
+                self.lag_down,
+                self.physics.rotor_drag,
                 wrench,
             )
             self._xfrc[:] = wrench
@@ -375,9 +414,15 @@ class MujocoSim(BatchSim):
         planar = np.where(dist >= 0, dist * self._ray_cos, cam.max_range)
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
-        if cam.noise_std > 0 or cam.dropout > 0:
+        if self.randomized:
+            self.add_camera_noise(depth, idx, self.physics.depth_noise_std[envs])
+        elif cam.noise_std > 0 or cam.dropout > 0:
             self.add_camera_noise(depth, idx)
         return depth
+
+    def episode_physics(self) -> EpisodePhysics | None:
+        """What each env flies this episode when the dynamics randomize it (None: the nominal airframe)."""
+        return self.physics if self.randomized else None
 
     def camera_rotation(self, envs: np.ndarray) -> np.ndarray:
         """Camera-to-world rotations (n, 3, 3) of envs ``envs`` (camera x forward, y left, z up)."""
@@ -388,7 +433,7 @@ class MujocoSim(BatchSim):
             c, s = np.cos(yaw), np.sin(yaw)
             rot = np.zeros((len(envs), 3, 3))
             rot[:, 0, 0], rot[:, 0, 1], rot[:, 1, 0], rot[:, 1, 1], rot[:, 2, 2] = c, -s, s, c, 1.0
-        return rot @ self._mount
+        return rot @ (self._mounts[envs] if self.randomized else self._mount)
 
 
 def _size_geoms(model: mujoco.MjModel, ids: np.ndarray, size: np.ndarray, n_cylinders: int) -> None:
