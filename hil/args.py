@@ -39,6 +39,14 @@ class RunArgs:
         default=None, metadata=arg("pace the loop at this rate, deadline misses counted (default: free-running)")
     )
     backend: str = field(default=DEFAULT_BACKEND, metadata=arg(_backends_help, choices=backend_names))
+    dynamics: str | None = field(
+        default=None,
+        metadata=arg(
+            "--backend mujoco: the vehicle's dynamics file (default nav_env/dynamics/iris.toml; e.g. "
+            "configs/dynamics/x500.toml, or iris_randomized.toml to draw each episode's physics; docs/dynamics.md)",
+            metavar="TOML",
+        ),
+    )
     airsim_host: str = field(default="127.0.0.1", metadata=arg("AirSim / Cosys-AirSim server (with --backend airsim)"))
     airsim_port: int = 41451
     airsim_scene: str | None = field(

@@ -49,7 +49,7 @@ class MujocoOptions:
     """``dynamics``: a :class:`nav_env.dynamics.config.DynamicsConfig`, a dynamics TOML path, or None for the
     shipped Iris (docs/dynamics.md)."""
 
-    dynamics: DynamicsConfig | str | Path | None = None
+    dynamics: DynamicsConfig | str | Path | None = field(default=None, metadata={"arg": "dynamics"})
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -231,3 +232,48 @@ def test_the_act_delay_flies_as_the_same_latency_set_by_the_caller():
     assert np.array_equal(drawn, fly(None, 0.04))
     assert np.array_equal(fly(fixed(act_delay_ms=40.0), 0.03), fly(None, 0.07))
     assert not np.array_equal(drawn, fly(None, 0.0))
+
+
+# ------------------------------------------------------------------ the run log and the evaluator record it
+
+
+def test_hil_run_records_each_episodes_physics_in_its_run_log(tmp_path):
+    from hil.run import main
+
+    out = tmp_path / "run"
+    rc = main(
+        ["--policy", "models/policy1_mujoco_int8.onnx", "--sim-only", "--backend", "mujoco", "--dynamics",
+         TRAINING_FILE, "--episodes", "2", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    rows = [json.loads(x) for x in (out / "run.jsonl").read_text().splitlines()]
+    episodes = [r for r in rows if r.get("kind") == "episode"]
+    dyn = load_dynamics(TRAINING_FILE)
+    for row in episodes:
+        env = NavEnv("default", backend="mujoco", dynamics=dyn)
+        _, info = env.reset(seed=row["seed"])
+        assert row["physics"] == info["physics"]  # what the episode drew, from its seed
+    assert episodes[0]["physics"] != episodes[1]["physics"]
+
+
+def test_hil_run_refuses_dynamics_for_a_backend_without_them(capsys):
+    from hil.run import main
+
+    assert main(["--policy", "models/policy1_int8.onnx", "--sim-only", "--dynamics", TRAINING_FILE]) != 0
+    assert "--dynamics applies to --backend mujoco" in capsys.readouterr().err
+
+
+def test_the_evaluator_writes_each_episodes_physics(tmp_path):
+    from policies.evaluate import main
+
+    rc = main(
+        ["models/policy1_mujoco_int8.onnx", "--backend", "mujoco", "--dynamics", TRAINING_FILE, "--episodes", "3",
+         "--num-envs", "3", "--out", str(tmp_path), "--name", "r"]
+    )  # fmt: skip
+    assert rc == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["dynamics"] == TRAINING_FILE
+    (entry,) = report["policies"].values()
+    assert all(0 <= e["physics"]["act_delay_s"] <= 0.06 for e in entry["episodes"])
+    header = (tmp_path / "r_episodes.csv").read_text().splitlines()[0].split(",")
+    assert "physics_mass" in header and "physics_camera_pitch_deg" in header
