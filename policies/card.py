@@ -54,6 +54,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "algorithm": meta.get("airq.algorithm"),
         "level": meta.get("airq.level"),
         "backend": trained_in.name,  # the simulator it was trained in
+        "dynamics": meta.get("airq.dynamics"),  # and its dynamics file, where one was given
         "env_id": meta.get("airq.env_id"),
         "precision": meta.get("airq.precision"),
         "seed": int(meta.get("airq.seed", -1)),
@@ -77,6 +78,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "evaluation": {
             "level": report["level"],
             "backend": evaluated_in.name,
+            "dynamics": report.get("dynamics"),
             "episodes": report["episodes"],
             "seed": report["seed"],
             "deterministic": True,
@@ -145,13 +147,16 @@ def to_markdown(card: dict) -> str:
             ""
             if (trained_in := backend_named(card.get("backend"))).is_default
             else f", trained in the {trained_in.name} backend"
+            + (f" with `{card['dynamics']}`" if card.get("dynamics") else "")
         )
         + "), "
         + f"{card['precision']}, {card['size_bytes'] / 1e6:.2f} MB, sha256 `{card['sha256'][:16]}...`",
         "",
         "## Evaluation",
         f"`policies.evaluate` over {ev['episodes']} seeded episodes (seeds {ev['seed']}..{ev['seed'] + ev['episodes'] - 1}, "
-        f"level `{ev['level']}`, {backend_named(ev.get('backend')).name} simulator, all goal zones, deterministic actions; training "
+        f"level `{ev['level']}`, {backend_named(ev.get('backend')).name} simulator"
+        + (f" with `{ev['dynamics']}`" if ev.get("dynamics") else "")
+        + ", all goal zones, deterministic actions; training "
         "and model selection never saw these seeds):",
         "",
         "| success | Wilson 95% CI | collision | timeout | mean return | mean steps | path / straight |",

@@ -114,6 +114,8 @@ def export_run(run_dir: str | Path, out: str | Path, checkpoint: str = "best", e
         "airq.checkpoint": Path(ckpt).name,
         "airq.backend": cfg.backend,  # the simulator it was trained in (docs/dynamics.md)
     }
+    if cfg.dynamics:  # the vehicle's dynamics file it trained with (its [randomization] drew each episode's physics)
+        meta["airq.dynamics"] = cfg.dynamics
     distilled = _distillation(Path(run_dir))
     if distilled:  # a policies.distill run: the weights come from imitation, not from RL steps
         meta["airq.algorithm"] = "bc-dagger"

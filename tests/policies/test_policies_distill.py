@@ -66,3 +66,27 @@ def test_distill_then_finetune(tiny_run, tmp_path):
         == 0
     )
     assert json.loads((tuned / "metrics.json").read_text())["done"]
+
+
+def test_distillation_flies_the_teachers_simulator():
+    """A teacher trained on the quadrotor with randomized physics teaches on that vehicle: the student's data are
+    the mujoco env's observations (under the teacher's dynamics file), not the point mass's."""
+    import numpy as np
+    from gymnasium.vector import AutoresetMode
+
+    from nav_env import NavVectorEnv, load_level
+    from nav_env.dynamics.config import load_dynamics
+    from policies.distill import collect
+
+    cfg = load_level("default")
+    dyn = load_dynamics("configs/dynamics/iris_randomized.toml")
+
+    def hover(obs):
+        return torch.full((len(obs),), 7), None  # action 7: hover
+
+    x, y = collect(hover, hover, cfg, 8, 1.0, seed=5, num_envs=4, backend="mujoco", dynamics=dyn)
+    env = NavVectorEnv(4, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP, backend="mujoco", dynamics=dyn)
+    first, _ = env.reset(seed=5)
+    assert np.array_equal(x[:4], first) and (y == 7).all()
+    embedded = NavVectorEnv(4, config=cfg, autoreset_mode=AutoresetMode.SAME_STEP)
+    assert not np.array_equal(x[:4], embedded.reset(seed=5)[0])  # the noise and the camera's own tilt differ
