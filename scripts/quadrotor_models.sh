@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Export, quantize, evaluate and card one quadrotor-trained policy (docs/results.md, "Policies for the airframe"):
-#   bash scripts/quadrotor_models.sh POLICY LEVEL RUN_DIR "TRAINING COMMAND"
+#   bash scripts/quadrotor_models.sh POLICY LEVEL RUN_DIR "TRAINING COMMAND" ["NOTE FOR THE CARD"]
 #   e.g. bash scripts/quadrotor_models.sh policy1 default runs/policy1_quadrotor \
 #            "python -m policies.train --config configs/train/policy1_quadrotor.toml --out runs/policy1_quadrotor"
 # Writes models/POLICY_quadrotor[_LEVEL]_{fp32,fp16,int8,s8s8}.onnx with their cards (the fp32's: POLICY_quadrotor
@@ -8,7 +8,7 @@
 # calibration flies the nominal quadrotor (the model's backend). Then scripts/quadrotor_eval.sh's evaluations.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
-P=$1 LEVEL=$2 RUN=$3 TRAIN=$4
+P=$1 LEVEL=$2 RUN=$3 TRAIN=$4 NOTE=${5:-}
 source "$(dirname "$0")/int8_recipe.sh"  # PTQ, shipped_flags
 SUFFIX=$([ "$LEVEL" = default ] && echo "" || echo "_$LEVEL")
 Q=models/${P}_quadrotor${SUFFIX}
@@ -24,7 +24,7 @@ done
 bash "$(dirname "$0")/quadrotor_eval.sh" $P $LEVEL
 EVAL="bash scripts/quadrotor_eval.sh $P $LEVEL"
 $PY -m policies.card --run $RUN --onnx ${Q}_fp32.onnx --eval $OUT/${P}_${LEVEL}_nominal.json \
-  --command "$TRAIN" --command "$EXPORT" --command "$EVAL" -o ${Q}.md
+  --command "$TRAIN" --command "$EXPORT" --command "$EVAL" ${NOTE:+--note "$NOTE"} -o ${Q}.md
 $PY -m quantize bench ${Q}_fp32.onnx ${Q}_fp16.onnx ${Q}_int8.onnx ${Q}_s8s8.onnx --json $OUT/${P}_${LEVEL}_bench.json
 for PREC in int8 s8s8 fp16; do
   MADE=$([ $PREC = int8 ] && echo "$INT8" || ([ $PREC = s8s8 ] && echo "$S8S8" || echo "$FP16"))
