@@ -20,8 +20,10 @@ KINEMATIC=models/${P}${SUFFIX}_fp32.onnx
 NOMINAL_TRAINED=models/${P}_mujoco${SUFFIX}_fp32.onnx
 [ -f "$NOMINAL_TRAINED" ] || NOMINAL_TRAINED=
 EVAL="$PY -m policies.evaluate --backend mujoco --episodes ${EPISODES:-1000} --level $LEVEL --seed 0 --out $OUT"
-$EVAL ${Q}_fp32.onnx ${Q}_int8.onnx ${Q}_s8s8.onnx ${Q}_fp16.onnx $KINEMATIC $NOMINAL_TRAINED --name ${P}_${LEVEL}_nominal
-$EVAL ${Q}_fp32.onnx ${Q}_int8.onnx ${Q}_s8s8.onnx ${Q}_fp16.onnx $KINEMATIC $NOMINAL_TRAINED --dynamics configs/dynamics/x500.toml --name ${P}_${LEVEL}_x500
+S8S8=${Q}_s8s8.onnx
+[ -f "$S8S8" ] || S8S8=  # Policy III has none: scripts/quadrotor_models.sh says why
+$EVAL ${Q}_fp32.onnx ${Q}_int8.onnx $S8S8 ${Q}_fp16.onnx $KINEMATIC $NOMINAL_TRAINED --name ${P}_${LEVEL}_nominal
+$EVAL ${Q}_fp32.onnx ${Q}_int8.onnx $S8S8 ${Q}_fp16.onnx $KINEMATIC $NOMINAL_TRAINED --dynamics configs/dynamics/x500.toml --name ${P}_${LEVEL}_x500
 for PREC in fp32 int8; do
   MS=$($PY -c "from device_emulation.profiles import get_profile; from device_emulation.roofline import model_cost, predict_device
 print(f'{predict_device(model_cost(\"${Q}_${PREC}.onnx\"), get_profile(\"pi3b\")).predicted_s * 1e3:.4f}')")

@@ -52,7 +52,9 @@ def rows(folder: Path) -> list[str]:
         nominal = json.loads(nominal_path.read_text())
         x500 = json.loads((folder / f"{stem}_x500.json").read_text())
         names = list(nominal["policies"])
-        fp32, int8, s8s8, _fp16, kinematic, *nominal_trained = names
+        fp32, int8, *others = names  # then s8s8 (not for Policy III), fp16, the kinematic-trained, the nominal-trained
+        s8s8 = next((n for n in others if n.endswith("_s8s8.onnx")), None)
+        kinematic, *nominal_trained = [n for n in others if "_quadrotor" not in n]
         base = successes(nominal, fp32)
         rate = sum(base) / len(base)
         target = TARGETS[level]
@@ -62,7 +64,7 @@ def rows(folder: Path) -> list[str]:
             pct(rate) + ("" if rate >= target else f" **{(rate - target) * 100:+.1f} vs {target:.0%}**"),
         ]
         cells.append(diff_text(paired_difference(base, successes(nominal, int8)), INT8_BOUND))
-        cells.append(diff_text(paired_difference(base, successes(nominal, s8s8)), INT8_BOUND))
+        cells.append("-" if s8s8 is None else diff_text(paired_difference(base, successes(nominal, s8s8)), INT8_BOUND))
         for name in (fp32, int8):
             held = successes(x500, name)
             d = paired_difference(successes(nominal, name), held)
