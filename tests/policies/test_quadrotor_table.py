@@ -56,7 +56,7 @@ def test_targets_met_and_missed(tmp_path):
     assert row[3].startswith("-0.1 (") and "outside" not in row[3]
     assert row[4] == "-"  # no s8s8 file
     assert "**-3.0 beyond -5**" in row[5] and "**-2.9 beyond -5**" in row[6]
-    assert row[7].startswith("78.0% at 0.4 ms: +0.0") and "**outside +-3**" in row[8]
+    assert row[7] == "78.0% at 0.4 ms: +0.0 (-0.3..+0.3)" and "**74.9 beyond +-3**" in row[8]
     assert row[9] == "policy2_hard_fp32: 50.0% (70.0%)" and row[10].rstrip(" |") == "-"
 
 
