@@ -25,7 +25,7 @@ from hil.session import BridgeSession
 from hil.setup import LocalBridge, RunSetup
 from nav_env.autopilot import AutopilotNavEnv
 from nav_env.backends import get_backend
-from nav_env.rollout import EpisodeResult
+from nav_env.rollout import EpisodeResult, episode_row
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,13 @@ class Flights:
 
             def on_episode(ep: EpisodeResult, rec: LoopRecord) -> None:
                 log.append(
-                    {"kind": "episode", "policy": path, "policy_index": index, **asdict(ep), **rec.episode_rows[-1]}
+                    {
+                        "kind": "episode",
+                        "policy": path,
+                        "policy_index": index,
+                        **episode_row(ep),
+                        **rec.episode_rows[-1],
+                    }
                 )
                 self.progress.episode_done(rec)
 

@@ -19,7 +19,7 @@ from nav_env.backends import get_backend
 from nav_env.config import NavConfig, load_level
 from nav_env.latency import round_trip_quantiles_us
 from nav_env.render import episode_title, save_episode_png, save_figure
-from nav_env.rollout import EpisodeResult, summarize
+from nav_env.rollout import EpisodeResult, episode_row, summarize
 from nav_env.stats import paired_difference
 
 
@@ -123,7 +123,7 @@ def summarize_run(
     nothing."""
     prior = prior_rows or []
     extras = rec.episode_rows or [{}] * len(rec.episodes)  # a LoopRecord built by hand may have none
-    flown = [asdict(ep) | extra for ep, extra in zip(rec.episodes, extras)]
+    flown = [episode_row(ep) | extra for ep, extra in zip(rec.episodes, extras)]
     rows = sorted(prior + flown, key=lambda r: r["episode"])
     episodes = [EpisodeResult(**{k: r[k] for k in EpisodeResult.__dataclass_fields__ if k in r}) for r in rows]
     earlier = record_from_rows(prior)

@@ -144,13 +144,17 @@ def summarize(results: list[EpisodeResult]) -> dict:
     return out
 
 
+def episode_row(result: EpisodeResult) -> dict:
+    """An episode as a dict (a report's or a run log's row); ``physics`` only where the episode drew its physics."""
+    row = asdict(result)
+    if row["physics"] is None:
+        del row["physics"]
+    return row
+
+
 def as_rows(results: list[EpisodeResult]) -> list[dict]:
-    """One dict per episode in episode order; ``physics`` only where the episode drew its physics."""
-    rows = [asdict(r) for r in sorted(results, key=lambda r: r.episode)]
-    for row in rows:
-        if row["physics"] is None:
-            del row["physics"]
-    return rows
+    """One :func:`episode_row` per episode, in episode order."""
+    return [episode_row(r) for r in sorted(results, key=lambda r: r.episode)]
 
 
 def flat_row(row: dict) -> dict:
