@@ -146,7 +146,7 @@ def plot(report: dict) -> bytes:
     import matplotlib.pyplot as plt
 
     names = list(report["policies"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(6.0, 2.2 * len(names) + 3), 3.6))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(6.0, 2.2 * len(names) + 3), 3.9))
     x = range(len(names))
     sums = [report["policies"][n]["summary"] for n in names]
     rates = [s["success_rate"] * 100 for s in sums]
@@ -167,8 +167,15 @@ def plot(report: dict) -> bytes:
     ax2.set_xticks(list(x), names, rotation=20, ha="right", fontsize=8)
     ax2.set_ylabel("outcome (%)")
     ax2.legend(fontsize=8, loc="lower right")
+    flown = [f"{report.get('backend') or DEFAULT_BACKEND} simulator"]  # what the episodes flew, beside the level
+    if report.get("dynamics"):
+        flown.append(report["dynamics"])
+    if report.get("latency"):
+        flown.append(f"latency {report['latency']['source']}")
+    # two lines: a one-policy figure is narrow
     fig.suptitle(
-        f"level {report['level']}: {report['episodes']} seeded episodes from seed {report['seed']}", fontsize=10
+        f"level {report['level']}: {report['episodes']} seeded episodes from seed {report['seed']}\n{', '.join(flown)}",
+        fontsize=10,
     )
     fig.tight_layout()
     return figure_png(fig)
