@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from airq_cli import known_fields, write_json
+from nav_env.backends import DEFAULT_BACKEND
 from nav_env.config import load_level
 from nav_env.latency import LatencySource
 from nav_env.rollout import run_episodes
@@ -125,8 +126,17 @@ def _quantizes_per_call(model: str) -> bool:
     return any(n.op_type in ("DynamicQuantizeLinear", "DynamicQuantizeMatMul") for n in graph.node)
 
 
-def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_envs: int = 64) -> Flight:
-    """``model`` over ``episodes`` seeded episodes of ``level`` with every action ``delay_ms`` late."""
+def fly(
+    model: str,
+    level: str,
+    episodes: int,
+    seed: int,
+    delay_ms: float,
+    num_envs: int = 64,
+    backend: str = DEFAULT_BACKEND,
+) -> Flight:
+    """``model`` over ``episodes`` seeded episodes of ``level`` with every action ``delay_ms`` late, on the simulator
+    ``backend`` (the study's: the closed loop's cells fly it too)."""
     cfg = load_level(level)
     policy = load_policy(model)
     act = policy.act
@@ -137,7 +147,7 @@ def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_e
             return np.concatenate([policy.act(o[None]) for o in obs])
 
     source = LatencySource("fixed", fixed_s=delay_ms / 1e3) if delay_ms > 0 else None
-    results = sorted(run_episodes(act, cfg, episodes, seed, num_envs, source), key=lambda r: r.episode)
+    results = sorted(run_episodes(act, cfg, episodes, seed, num_envs, source, backend=backend), key=lambda r: r.episode)
     wins = [r.success for r in results]
     won = [r for r in results if r.success]
     timed = [r.flight_time for r in won if r.flight_time is not None]
@@ -153,9 +163,9 @@ def fly(model: str, level: str, episodes: int, seed: int, delay_ms: float, num_e
     )
 
 
-def _fly_job(job: tuple[str, str, int, int, float, str]) -> tuple[str, Flight]:
-    model, level, episodes, seed, delay_ms, path = job
-    flight = fly(model, level, episodes, seed, delay_ms)
+def _fly_job(job: tuple[str, str, int, int, float, str, str]) -> tuple[str, Flight]:
+    model, level, episodes, seed, delay_ms, path, backend = job
+    flight = fly(model, level, episodes, seed, delay_ms, backend=backend)
     write_json(path, flight)  # cached as it ends: an interrupted stage repeats none
     return path, flight
 
@@ -169,26 +179,28 @@ def run_stage(
     say: Callable[[str], None],
     sweep_group: str | None,
     workers: int = 2,
+    backend: str = DEFAULT_BACKEND,
 ) -> LatencyResult:
     """Fly every target in lockstep and at its predicted delay, and ``sweep_group``'s fp32 and int8 at
-    every delay of SWEEP_DELAYS_MS; ``workers`` processes fly side by side (flights are independent: with a
-    modelled delay no time is measured). Each flight is cached in ``out/latency/``."""
+    every delay of SWEEP_DELAYS_MS, on the simulator ``backend``; ``workers`` processes fly side by side (flights
+    are independent: with a modelled delay no time is measured). Each flight is cached in ``out/latency/``
+    (``out/latency/BACKEND/`` for a backend other than the default)."""
     t0 = time.monotonic()
-    cache = out / "latency"
+    cache = out / "latency" if backend == DEFAULT_BACKEND else out / "latency" / backend
     result = LatencyResult(
         board=board,
         episodes=episodes,
         seed=seed,
         period_s=0.1,
-        method="In-process flights (policies.loading, onnxruntime; nav_env's vector env over the closed loop's seeds), "
-        "every action landing a fixed delay late (nav_env set_latency)",
+        method=f"In-process flights (policies.loading, onnxruntime; nav_env's vector env, {backend} simulator, over the "
+        "closed loop's seeds), every action landing a fixed delay late (nav_env set_latency)",
     )
     sweep = [t for t in targets if t.group == sweep_group and t.precision in SWEEP_PRECISIONS and not t.stand_in]
-    wanted: dict[str, tuple[str, str, int, int, float, str]] = {}
+    wanted: dict[str, tuple[str, str, int, int, float, str, str]] = {}
 
     def key(t: LatencyTarget, delay_ms: float) -> str:
         path = cache / t.level / f"{Path(t.model).stem}_{delay_ms:g}ms.json"
-        wanted.setdefault(str(path), (t.model, t.level, episodes, seed, delay_ms, str(path)))
+        wanted.setdefault(str(path), (t.model, t.level, episodes, seed, delay_ms, str(path), backend))
         return str(path)
 
     rows = [(t, key(t, 0.0), key(t, round(t.predicted_ms, 3))) for t in targets]

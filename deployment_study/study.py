@@ -481,6 +481,7 @@ class Study:
             self.out,
             self.say,
             sweep_group=sweep_group or list(self.groups)[-1],
+            backend=self.args.backend,
         )
         result.skipped = skipped
         self.measured_anything = self.measured_anything or result.flown > 0

@@ -418,3 +418,22 @@ def test_the_camera_sees_what_mujocos_own_ray_cast_sees(level):
                 np.testing.assert_array_equal(depth[i], _multiray_depth(env.sim, i), err_msg=f"env {i}, step {step}")
                 checked += 1
     assert checked == 160
+
+
+def test_the_studys_latency_stage_flies_the_studys_backend(tmp_path):
+    """deployment_study's latency stage flies the simulator the study's closed-loop cells fly (--backend), each
+    backend's flights cached apart: its lockstep flight is the evaluator's episodes on that backend."""
+    from deployment_study.latency_stage import fly
+    from nav_env.rollout import run_episodes
+    from policies.loading import load_policy
+
+    model, cfg = "models/policy1_fp32.onnx", load_level("hard")
+    policy = load_policy(model)
+    outcomes = {
+        backend: [r.outcome for r in sorted(run_episodes(policy.act, cfg, 24, 0, 24, backend=backend),
+                                            key=lambda r: r.episode)]
+        for backend in ("embedded", "mujoco")
+    }  # fmt: skip
+    assert outcomes["embedded"] != outcomes["mujoco"]  # the point-mass policy fails more often on the quadrotor
+    assert fly(model, "hard", 24, 0, 0.0, num_envs=24, backend="mujoco").outcomes == outcomes["mujoco"]
+    assert fly(model, "hard", 24, 0, 0.0, num_envs=24).outcomes == outcomes["embedded"]
