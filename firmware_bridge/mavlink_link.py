@@ -20,6 +20,7 @@ checking an endpoint needs nothing installed.
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 from collections import deque
@@ -141,6 +142,8 @@ class MavlinkLink:
             kwargs["baud"] = parsed.baud
         self.endpoint = endpoint
         self.conn = (connect or self.mavutil.mavlink_connection)(parsed.device, **kwargs)
+        # a UDP link's datagrams are parsed one whole datagram at a time (_receive); a custom connect keeps the stream
+        self._datagrams = connect is None and parsed.kind in ("udpin", "udp", "udpout")
         self.link_timeout_s = link_timeout_s
         self.clock = clock
         self.state = AutopilotState()
@@ -168,12 +171,34 @@ class MavlinkLink:
             if self._on_tick is not None:
                 self._on_tick(now)
             try:
-                msg = self.conn.recv_match(blocking=True, timeout=0.05)
+                messages = self._receive(0.05)
             except (OSError, ValueError):  # a closed or broken link: the missing heartbeats say so
-                msg = None
+                messages = []
                 time.sleep(0.05)
-            if msg is not None:
+            for msg in messages:
                 self._handle(msg, self.clock())
+
+    def _receive(self, timeout_s: float) -> list[Any]:
+        """The messages that arrive within ``timeout_s``. Serial and TCP links are byte streams (pymavlink's
+        ``recv_match``). A UDP datagram is parsed whole on a parser emptied first: a MAVLink frame never spans two
+        datagrams, and a frame cut short at a datagram's end would otherwise take the next datagrams' bytes as its
+        own (a 30-byte datagram whose header claims a 255-byte payload swallowed the next twelve heartbeats)."""
+        if not self._datagrams:
+            msg = self.conn.recv_match(blocking=True, timeout=timeout_s)
+            return [] if msg is None else [msg]
+        if not select.select([self.conn.port], [], [], timeout_s)[0]:
+            return []
+        data = self.conn.recv()
+        if not data:
+            return []
+        if self.conn.first_byte:
+            self.conn.auto_mavlink_version(data)
+        parser = self.conn.mav
+        parser.buf, parser.buf_index, parser.expected_length = bytearray(), 0, self.mav.HEADER_LEN_V1 + 2
+        messages = parser.parse_buffer(data) or []
+        for msg in messages:
+            self.conn.post_message(msg)  # mavutil's bookkeeping, as recv_match does
+        return messages
 
     def _handle(self, msg: Any, now: float) -> None:
         kind, s = msg.get_type(), self.state

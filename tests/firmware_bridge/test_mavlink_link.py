@@ -1,0 +1,60 @@
+"""The MAVLink link's reader on a UDP link: a datagram is parsed whole, so a frame cut short in one datagram never
+takes the next datagrams' frames with it (a noisy radio, a fuzzer), while a datagram of several frames gives them all."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("pymavlink", reason="the mavlink link needs the mavlink extra (make installs it)")
+
+from pymavlink.dialects.v20 import ardupilotmega as mavlink2  # noqa: E402
+
+from firmware_bridge.mavlink_link import MavlinkLink  # noqa: E402
+from tests.firmware_bridge.test_mavlink_actuator import free_udp_port, until  # noqa: E402
+
+ENCODER = mavlink2.MAVLink(None, srcSystem=1, srcComponent=1)
+
+
+def heartbeat(mode: int = 4) -> bytes:
+    return ENCODER.heartbeat_encode(
+        mavlink2.MAV_TYPE_QUADROTOR, mavlink2.MAV_AUTOPILOT_ARDUPILOTMEGA, 1, mode, mavlink2.MAV_STATE_ACTIVE
+    ).pack(ENCODER)
+
+
+def statustext(text: str) -> bytes:
+    return ENCODER.statustext_encode(mavlink2.MAV_SEVERITY_INFO, text.encode()).pack(ENCODER)
+
+
+@pytest.fixture
+def link():
+    port = free_udp_port()
+    seen: list[str] = []
+    link = MavlinkLink(f"udpin:127.0.0.1:{port}", "companion", on_message=lambda m, now: seen.append(m.get_type()))
+    link.start()
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    yield link, seen, lambda data: sender.sendto(data, ("127.0.0.1", port))
+    sender.close()
+    link.close()
+
+
+def test_a_truncated_frame_does_not_swallow_the_heartbeats_after_it(link):
+    link, seen, send = link
+    # a MAVLink 2 header claiming a 255-byte payload, in a 30-byte datagram: as a stream it waits for 267 bytes
+    send(bytes([0xFD, 255, 0, 0, 0, 1, 1, 0, 0, 0]) + bytes(20))
+    send(heartbeat())
+    until(lambda: link.state.last_heartbeat_s is not None, timeout=2.0)
+    assert link.state.autopilot == "ardupilot" and link.state.mode == "GUIDED"
+
+
+def test_every_frame_of_a_datagram_is_read_and_a_broken_one_costs_only_itself(link):
+    link, seen, send = link
+    send(heartbeat() + statustext("one") + statustext("two"))
+    until(lambda: len(link.statustext) == 2, timeout=2.0)
+    broken = bytearray(statustext("three"))
+    broken[-1] ^= 0xFF  # its CRC
+    send(bytes(broken))
+    send(statustext("four"))
+    until(lambda: len(link.statustext) == 3, timeout=2.0)
+    assert [line.split()[-1] for line in link.statustext] == ["one", "two", "four"]
