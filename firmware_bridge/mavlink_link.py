@@ -93,6 +93,7 @@ class AutopilotState:
     last_heartbeat_s: float | None = None  # the link's clock
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
     firmware_git: str | None = None  # ArduPilot: the git hash's first 8 characters; PX4: its first 8 bytes in hex
+    foreign_messages: int = 0  # messages from another system than the autopilot's, ignored
 
 
 def add_statustext(lines: deque[str], msg: Any) -> None:
@@ -151,6 +152,7 @@ class MavlinkLink:
         self.statustext: deque[str] = deque(maxlen=8)  # the autopilot's last messages
         self._on_message, self._on_tick = on_message, on_tick
         self._version_requested = False
+        self._version_pending = False  # a request_version not answered yet
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
@@ -202,6 +204,11 @@ class MavlinkLink:
 
     def _handle(self, msg: Any, now: float) -> None:
         kind, s = msg.get_type(), self.state
+        if s.system is not None and msg.get_srcSystem() != s.system:
+            # the link serves the autopilot it heard first: a second autopilot, a ground station or a stranger on a
+            # shared radio neither takes its place nor reaches the callbacks
+            s.foreign_messages += 1
+            return
         if kind == "HEARTBEAT":
             autopilot = AUTOPILOT_NAMES.get(msg.autopilot)
             if autopilot is None or msg.type in (self.mav.MAV_TYPE_GCS, self.mav.MAV_TYPE_ONBOARD_CONTROLLER):
@@ -219,6 +226,9 @@ class MavlinkLink:
         elif kind == "COMMAND_ACK":
             self.acks.append((msg.command, msg.result))
         elif kind == "AUTOPILOT_VERSION":
+            if not self._version_pending:
+                return  # unasked for: the version is the one the autopilot answered with
+            self._version_pending = False
             v = int(msg.flight_sw_version)
             s.firmware = f"{v >> 24 & 0xFF}.{v >> 16 & 0xFF}.{v >> 8 & 0xFF}"
             git = bytes(msg.flight_custom_version)
@@ -255,7 +265,9 @@ class MavlinkLink:
         self.send(lambda m: m.command_long_send(s.system or 1, s.component or 1, command, 0, *p))
 
     def request_version(self) -> None:
-        """Ask for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE); its answer fills ``state.firmware``."""
+        """Ask for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE); its answer fills ``state.firmware`` (one answer per
+        request)."""
+        self._version_pending = True
         self.command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
 
     def set_mode(self, mode: str) -> None:

@@ -58,3 +58,33 @@ def test_every_frame_of_a_datagram_is_read_and_a_broken_one_costs_only_itself(li
     send(statustext("four"))
     until(lambda: len(link.statustext) == 3, timeout=2.0)
     assert [line.split()[-1] for line in link.statustext] == ["one", "two", "four"]
+
+
+def autopilot_version(encoder, major: int, minor: int, patch: int) -> bytes:
+    return encoder.autopilot_version_encode(
+        0, major << 24 | minor << 16 | patch << 8, 0, 0, 0, b"abcdef12", bytes(8), bytes(8), 0, 0, 0
+    ).pack(encoder)
+
+
+def test_the_link_serves_the_first_autopilot_and_believes_only_the_version_it_asked_for(link):
+    link, seen, send = link
+    second = mavlink2.MAVLink(None, srcSystem=2, srcComponent=1)
+    send(heartbeat(mode=4))  # system 1, GUIDED
+    until(lambda: link.state.system == 1, timeout=2.0)
+    send(autopilot_version(ENCODER, 4, 5, 7))  # the answer to the request the first heartbeat sent
+    until(lambda: link.state.firmware == "4.5.7", timeout=2.0)
+    before = len(seen)
+    for _ in range(5):  # a second autopilot in LOITER, and its version
+        send(
+            second.heartbeat_encode(mavlink2.MAV_TYPE_QUADROTOR, mavlink2.MAV_AUTOPILOT_ARDUPILOTMEGA, 1, 5, 4).pack(
+                second
+            )
+        )
+    send(autopilot_version(second, 23, 126, 130))
+    send(autopilot_version(ENCODER, 9, 9, 9))  # unasked for, from the autopilot itself
+    send(statustext("after"))
+    until(lambda: "after" in " ".join(link.statustext), timeout=2.0)
+    assert link.state.foreign_messages == 6
+    assert (link.state.system, link.state.mode, link.conn.target_system) == (1, "GUIDED", 1)
+    assert link.state.firmware == "4.5.7"
+    assert seen[before:] == ["STATUSTEXT"]  # neither the other system's messages nor the unasked version reach them
