@@ -46,7 +46,8 @@ from nav_env.dynamics.config import GRAVITY, DynamicsConfig
 
 
 class Gains(NamedTuple):
-    """The controller's and motors' constants, in SI units (built from a :class:`DynamicsConfig`)."""
+    """The controller's constants and the motors as it believes them, in SI units (built from a
+    :class:`DynamicsConfig`); the motors' lag and rotor drag are the vehicle's own, per vehicle (control_step)."""
 
     h: float
     mass: float
@@ -70,9 +71,6 @@ class Gains(NamedTuple):
     motor_constant: float
     moment_constant: float
     max_thrust: float
-    lag_up: float  # share of the speed gap closed in one step
-    lag_down: float
-    rotor_drag: float
 
     @classmethod
     def from_config(cls, cfg: DynamicsConfig) -> Gains:
@@ -103,10 +101,12 @@ class Gains(NamedTuple):
             motor_constant=m.motor_constant,
             moment_constant=m.moment_constant,
             max_thrust=m.max_thrust,
-            lag_up=-math.expm1(-h / m.time_constant_up),
-            lag_down=-math.expm1(-h / m.time_constant_down),
-            rotor_drag=m.rotor_drag,
         )
+
+
+def motor_lag(h: float, time_constant: float) -> float:
+    """The share of a rotor's speed gap its first-order lag closes in one physics step of ``h`` seconds."""
+    return -math.expm1(-h / time_constant)
 
 
 @njit(cache=True)

@@ -33,7 +33,7 @@ from nav_env.arena import FAR, Episode, slot_counts
 from nav_env.config import NavConfig
 from nav_env.dynamics.camera import cast_depth, visible_obstacles
 from nav_env.dynamics.config import GRAVITY, DynamicsConfig, load_dynamics
-from nav_env.dynamics.controller import Gains, control_step, quat_to_mat
+from nav_env.dynamics.controller import Gains, control_step, motor_lag, quat_to_mat
 from nav_env.dynamics.randomize import EpisodePhysics, mount_rotation
 from nav_env.sim import BatchSim, Scored, hash_uniform
 
@@ -85,11 +85,15 @@ class MujocoSim(BatchSim):
         self._geom_env[geom_ids(m, [f"vehicle{i}" for i in range(n)])] = np.arange(n)
         # what each env flies this episode: the nominal airframe, or one drawn from [randomization]
         self.randomized = self.dyn.randomization.enabled
-        self._scratch = mujoco.MjData(self.model) if self.randomized else None
+        r = self.dyn.randomization
+        self._masses_drawn = self.randomized and (r.mass_scale != (1.0, 1.0) or r.inertia_scale != (1.0, 1.0))
+        self._scratch = mujoco.MjData(self.model) if self._masses_drawn else None
         self.physics = EpisodePhysics.nominal(self.dyn, n, cfg.camera.noise_std)
         self._camera_rays()
         self.gains = Gains.from_config(self.dyn)
-        self.lag_up, self.lag_down = np.full(n, self.gains.lag_up), np.full(n, self.gains.lag_down)
+        m = self.dyn.motors
+        self.lag_up = np.full(n, motor_lag(self.h, m.time_constant_up))
+        self.lag_down = np.full(n, motor_lag(self.h, m.time_constant_down))
         # the flight controller's state (velocity and rate integrators, yaw setpoint) and the rotors' speeds
         self.altitude_target = np.zeros(n)
         self.vel_integral = np.zeros((n, 3))
@@ -183,7 +187,7 @@ class MujocoSim(BatchSim):
             if self.randomized:
                 self._draw_physics(i)
             self._draw_wind(i)
-        if self.randomized:
+        if self._masses_drawn:
             # MuJoCo keeps a free body's mass matrix (dof_M0) from the masses it was compiled with: recompute the
             # model's constants for the new ones, in a scratch MjData (it poses the model at qpos0)
             mujoco.mj_setConst(self.model, self._scratch)
@@ -247,8 +251,8 @@ class MujocoSim(BatchSim):
         body = self._bodies.start + i
         self.model.body_mass[body] = p.mass[i]
         self.model.body_inertia[body] = p.inertia_x[i], p.inertia_y[i], p.inertia_z[i]
-        self.lag_up[i] = -math.expm1(-self.h / p.motor_time_constant_up[i])  # as Gains computes the nominal lag
-        self.lag_down[i] = -math.expm1(-self.h / p.motor_time_constant_down[i])
+        self.lag_up[i] = motor_lag(self.h, float(p.motor_time_constant_up[i]))
+        self.lag_down[i] = motor_lag(self.h, float(p.motor_time_constant_down[i]))
         self._mounts[i] = mount_rotation(float(p.camera_pitch_deg[i]))
 
     def _draw_wind(self, i: int) -> None:
@@ -414,9 +418,9 @@ class MujocoSim(BatchSim):
         planar = np.where(dist >= 0, dist * self._ray_cos, cam.max_range)
         depth = (np.minimum(planar, cam.max_range) * (1.0 / cam.max_range)).astype(np.float32)
         depth = depth.reshape(len(envs), cam.height, cam.width)
-        if self.randomized:
+        if self.randomized and (self.physics.depth_noise_std[envs].any() or cam.dropout > 0):
             self.add_camera_noise(depth, idx, self.physics.depth_noise_std[envs])
-        elif cam.noise_std > 0 or cam.dropout > 0:
+        elif not self.randomized and (cam.noise_std > 0 or cam.dropout > 0):
             self.add_camera_noise(depth, idx)
         return depth
 
