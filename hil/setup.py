@@ -15,9 +15,8 @@ from firmware_bridge.mavlink_link import parse_endpoint
 from firmware_bridge.protocol import sha256_hex
 from hil.args import RunArgs
 from hil.loop import LOCKSTEP, Timing, default_deadline_s
-from nav_env.backends import backend_names, get_backend
+from nav_env.backends import backend_names, dynamics_for, get_backend
 from nav_env.config import ConfigError, NavConfig, load_level
-from nav_env.dynamics.config import load_dynamics
 from nav_env.latency import LatencySource, parse_latency
 
 
@@ -138,13 +137,10 @@ def _check_backend(args: RunArgs) -> None:
     """The backend's arguments: a real vehicle's links and takeoff with a backend that flies one and with no other;
     nothing that paces the loop for a backend in its vehicle's own clock."""
     backend = get_backend(args.backend)
-    if args.dynamics is not None:
-        if not backend.dynamics_config:
-            raise UserError("--dynamics applies to --backend " + " or ".join(backend_names(dynamics_config=True)))
-        try:
-            load_dynamics(args.dynamics)  # a bad file is a one-line error before the bridge starts
-        except ConfigError as e:
-            raise UserError(str(e)) from None
+    try:
+        dynamics_for(backend.name, args.dynamics)  # a bad file is a one-line error before the bridge starts
+    except ConfigError as e:
+        raise UserError(str(e)) from None
     if backend.own_clock and (args.timing != "lockstep" or args.rate_hz is not None):
         raise UserError(
             f"--backend {backend.name} flies in the {backend.name}'s clock: no --timing latency, no --rate-hz"

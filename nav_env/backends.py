@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nav_env.config import ConfigError, NavConfig
+from nav_env.dynamics.config import load_dynamics
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -202,6 +203,18 @@ def get_backend(name: str) -> Backend:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown backend {name!r} (known: {', '.join(_REGISTRY)})") from None
+
+
+def dynamics_for(backend: str, path: str | Path | None) -> DynamicsConfig | None:
+    """The vehicle dynamics file ``path`` (docs/dynamics.md) loaded for the in-process ``backend``: None without one;
+    ConfigError with one line for a backend that has no vehicle dynamics or a bad file."""
+    if not path:
+        return None
+    if not get_backend(backend).dynamics_config:
+        raise ConfigError(
+            f"--dynamics applies to --backend {' or '.join(backend_names(dynamics_config=True))}, not {backend}"
+        )
+    return load_dynamics(path)
 
 
 def backend_named(name: str | None) -> Backend:

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, output_dir
-from nav_env.backends import backend_names, get_backend
+from nav_env.backends import backend_names, dynamics_for
 from nav_env.config import ConfigError, load_level
-from nav_env.dynamics.config import load_dynamics
 from nav_env.latency import offline_latency
 from policies.errors import UserError
 from policies.presets import check_algorithm, get_preset
@@ -109,15 +108,15 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
         self.latency_source()  # a bad source is a one-line error before any work
-        if self.dynamics:
-            if not get_backend(self.backend).dynamics_config:
-                raise UserError(f"dynamics is for a backend with vehicle dynamics, not {self.backend!r}")
-            load_dynamics_file(self.dynamics)
+        self.dynamics_config()  # a bad file, or one for a backend without dynamics: a one-line error first
         return self
 
     def dynamics_config(self):
         """The vehicle dynamics the envs fly (None: the backend's own default)."""
-        return load_dynamics_file(self.dynamics) if self.dynamics else None
+        try:
+            return dynamics_for(self.backend, self.dynamics)
+        except ConfigError as e:
+            raise UserError(str(e)) from None
 
     def latency_source(self):
         """The training delays (nav_env.latency.LatencySource), or None for lockstep training."""
@@ -134,14 +133,6 @@ class TrainConfig:
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(TrainConfig)}
-
-
-def load_dynamics_file(path: str):
-    """A dynamics TOML (nav_env.dynamics.config), its errors as UserError."""
-    try:
-        return load_dynamics(path)
-    except ConfigError as e:
-        raise UserError(str(e)) from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

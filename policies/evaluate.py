@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
-from nav_env.backends import DEFAULT_BACKEND, backend_names, get_backend
-from nav_env.config import load_level
+from nav_env.backends import DEFAULT_BACKEND, backend_names, dynamics_for
+from nav_env.config import ConfigError, load_level
 from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
 from nav_env.rollout import as_rows, flat_row, run_episodes, summarize
 from nav_env.stats import paired_difference
-from policies.config import RUN_CHECKPOINTS, load_dynamics_file
+from policies.config import RUN_CHECKPOINTS
 from policies.errors import UserError
 from policies.loading import LoadedPolicy, check_obs_dim, load_policy
 
@@ -235,9 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     latency = offline_latency(args.latency) if args.latency else None
-    if args.dynamics and not get_backend(args.backend).dynamics_config:
-        raise UserError(f"--dynamics is for a backend with vehicle dynamics, not --backend {args.backend}")
-    dynamics = load_dynamics_file(args.dynamics) if args.dynamics else None
+    try:
+        dynamics = dynamics_for(args.backend, args.dynamics)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
     if args.episodes < 1 or args.num_envs < 1:
         raise UserError("--episodes and --num-envs must be >= 1")
     # deferred: torch (seconds to import), after the argument checks: a wrong flag answers at once
