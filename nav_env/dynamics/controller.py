@@ -19,8 +19,10 @@ The cascade, outermost first, every loop running once per physics step (``physic
 4. **Body rates** (PX4 ``mc_rate_control``, ArduPilot's rate PIDs): a PI on the rate error gives an angular
    acceleration, times the inertia (plus the gyroscopic term ``w x Jw``) a body torque.
 5. **Mixer** (PX4 ``ControlAllocator``): collective thrust and the three torques to four rotor thrusts by the
-   inverse of the airframe's allocation matrix, each clipped to ``[0, max_thrust]`` (a real motor's saturation;
-   PX4's allocator then trades thrust for attitude, this one clips), then the rotor speed that gives it.
+   inverse of the airframe's allocation matrix in PX4's order: roll, pitch and collective thrust first, each rotor
+   clipped to ``[0, max_thrust]`` (a real motor's saturation), then the largest share of the yaw torque that keeps
+   every rotor within that range (``ControlAllocationSequentialDesaturation``: yaw is given up first, so a
+   saturating yaw command costs heading rate, never thrust or tilt); then the rotor speed that gives each thrust.
 
 The motors: the controller commands the rotor speed that gives each thrust by the nominal motor constant; the
 rotor speed follows its command through a first-order lag (``time_constant_up`` when speeding up,
@@ -154,6 +156,8 @@ def control_step(
     rot = np.empty((3, 3))
     rot_d = np.empty((3, 3))
     wrench = np.empty(4)
+    base = np.empty(4)
+    yaw_part = np.empty(4)
     acc = np.empty(3)
     torque = np.empty(3)
     jw = np.empty(3)
@@ -224,11 +228,21 @@ def control_step(
         thrust_total = 0.0
         tau_x = tau_y = tau_z = 0.0
         speed_sum = 0.0
+        # roll, pitch and thrust first; yaw gets the largest share of its torque that keeps every rotor within
+        # [0, max_thrust] (PX4 ControlAllocationSequentialDesaturation's order: a weak yaw moment, as the X500's,
+        # saturates first, and clipping it into every rotor would take thrust and tilt with it)
+        share = 1.0
         for r in range(4):
-            f = 0.0
-            for k in range(4):
-                f += g.mixer[r, k] * wrench[k]
-            f = _clip(f, 0.0, g.max_thrust)
+            base[r] = _clip(
+                g.mixer[r, 0] * wrench[0] + g.mixer[r, 1] * wrench[1] + g.mixer[r, 2] * wrench[2], 0.0, g.max_thrust
+            )
+            yaw_part[r] = g.mixer[r, 3] * wrench[3]
+            if yaw_part[r] > 0.0 and base[r] + yaw_part[r] > g.max_thrust:
+                share = min(share, (g.max_thrust - base[r]) / yaw_part[r])
+            elif yaw_part[r] < 0.0 and base[r] + yaw_part[r] < 0.0:
+                share = min(share, -base[r] / yaw_part[r])
+        for r in range(4):
+            f = _clip(base[r] + share * yaw_part[r], 0.0, g.max_thrust)  # rounding only
             # the speed the controller commands for thrust f, as it believes the motors to be; the motor lags it
             gap = math.sqrt(f / g.motor_constant) - rotor_speed[i, r]
             rotor_speed[i, r] += (lag_up[i] if gap > 0 else lag_down[i]) * gap

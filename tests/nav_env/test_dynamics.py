@@ -17,6 +17,7 @@ from nav_env.arena import make_episode  # noqa: E402
 from nav_env.config import ConfigError  # noqa: E402
 from nav_env.dynamics import identify  # noqa: E402
 from nav_env.dynamics.config import load_dynamics  # noqa: E402
+from nav_env.dynamics.controller import Gains, control_step  # noqa: E402
 from nav_env.dynamics.world import MujocoSim  # noqa: E402
 
 FWD3 = ACTION_NAMES.index("forward 3")
@@ -133,6 +134,42 @@ def test_velocity_step_matches_the_controller_design():
     assert designed.overshoot > 0.05
     assert measured.rise_time_s == pytest.approx(designed.rise_time_s, rel=0.1)
     assert abs(measured.overshoot - designed.overshoot) < 0.02
+
+
+def mixer_output(dyn, setpoint, yaw_rate):
+    """One control step of a level vehicle at rest at 10 m turning at ``yaw_rate`` (rad/s), motors that follow
+    their command within the step: the rotor thrusts and the wrench (world force, body torque) they give."""
+    g = Gains.from_config(dyn)
+    qpos = np.array([[0.0, 0.0, 10.0, 1.0, 0.0, 0.0, 0.0]])
+    qvel = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, yaw_rate]])
+    rotor_speed = np.full((1, 4), dyn.hover_rotor_speed)
+    xfrc = np.zeros((1, 6))
+    one = np.ones(1)
+    control_step(
+        g, qpos, qvel, np.array([setpoint], dtype=np.float64), np.ones(1, dtype=bool), np.zeros((1, 3)),
+        np.array([10.0]), np.zeros((1, 3)), np.zeros((1, 3)), np.zeros(1), rotor_speed,
+        np.array([g.motor_constant]), one, one, np.zeros(1), xfrc,
+    )  # fmt: skip
+    return g.motor_constant * rotor_speed[0] ** 2, xfrc[0]
+
+
+@pytest.mark.parametrize("airframe", [None, "configs/dynamics/x500.toml"], ids=["iris", "x500"])
+@pytest.mark.parametrize("setpoint", [(0.0, 0.0, 0.0, 0.0), (0.5, -0.3, 0.2, 0.0)], ids=["hover", "tilt-and-climb"])
+def test_a_saturating_yaw_command_gives_up_yaw_and_keeps_thrust_and_tilt(airframe, setpoint):
+    """The mixer gives roll, pitch and thrust first and yaw what is left (PX4's allocation order): a vehicle
+    spinning far faster than its yaw loop wants (a yaw torque no rotor can give) gets the same thrust and roll and
+    pitch torques as one that does not spin, and the largest yaw torque its rotors can add, against the spin."""
+    dyn = load_dynamics(airframe)
+    calm_thrusts, calm = mixer_output(dyn, setpoint, 0.0)
+    assert 0.0 < calm_thrusts.min() and calm_thrusts.max() < dyn.motors.max_thrust  # nothing saturates without yaw
+    for yaw_rate in (-20.0, 20.0):
+        thrusts, spun = mixer_output(dyn, setpoint, yaw_rate)
+        np.testing.assert_allclose(spun[:5], calm[:5], rtol=1e-9, atol=1e-9)  # force, roll and pitch torque
+        assert np.sign(spun[5] - calm[5]) == -np.sign(yaw_rate)
+        # yaw got the largest share: a rotor sits at a bound
+        bound = np.minimum(np.abs(thrusts), np.abs(thrusts - dyn.motors.max_thrust)).min()
+        assert bound < 1e-9
+        assert thrusts.min() >= 0.0 and thrusts.max() <= dyn.motors.max_thrust
 
 
 def test_wind_and_gusts_are_seeded_by_the_episode_and_push_the_vehicle():
