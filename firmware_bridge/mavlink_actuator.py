@@ -19,6 +19,13 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   act sends its setpoint before the mode request (PX4 enters OFFBOARD only with a setpoint younger than
   COM_OF_LOSS_T) and asks again every half second until a heartbeat shows the mode (one a second: a refused or
   lost request, or a hold the heartbeat did not show yet, would otherwise leave the vehicle holding);
+* **who flies it**: the bridge's setpoints go out only while the autopilot reports the fly mode (GUIDED / OFFBOARD,
+  the mode a companion computer flies in) or the hold the bridge itself entered. In any other mode a pilot or a
+  ground station has the vehicle: an act is answered (the policy runs) but sends nothing, its reply's ``vehicle``
+  says ``"control": "pilot"``, and :attr:`setpoints_withheld` counts it; the hold and a reset send nothing either;
+* **a reboot** (the link notices it: a boot clock that went back, or a vehicle back disarmed from a lost link):
+  every act is refused (:meth:`link_error`, VEHICLE_LINK) until the host arms the vehicle again with a ``vehicle``
+  request, and the bridge forgets its hold;
 * nothing arms, takes off or changes mode implicitly: :meth:`arm`, :meth:`takeoff` and :meth:`set_mode` are
   separate calls (the bridge's ``vehicle`` request). PX4 refuses OFFBOARD without a setpoint stream:
   :meth:`set_mode` streams zero setpoints at 20 Hz for half a second before asking. PX4 reads a take-off's altitude
@@ -61,7 +68,10 @@ SETPOINT_FRAME = {"ardupilot": MAV.MAV_FRAME_BODY_OFFSET_NED, "px4": MAV.MAV_FRA
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
 RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often
 # the autopilot's state in the bridge's status (docs/protocol.md), in this order
-STATUS_FIELDS = ("autopilot", "system", "component", "mode", "armed", "last_heartbeat_s", "firmware")
+STATUS_FIELDS = (
+    "autopilot", "system", "component", "mode", "armed", "last_heartbeat_s", "firmware",
+    "reboots", "rebooted", "foreign_messages", "foreign_datagrams",
+)  # fmt: skip
 
 
 class MavlinkError(VehicleCommandError):
@@ -93,6 +103,7 @@ class MavlinkActuator(Actuator):
         self.state: AutopilotState = self.link.state
         self.statustext = self.link.statustext
         self.setpoints_sent = 0
+        self.setpoints_withheld = 0  # acts answered while a pilot had the vehicle: nothing sent
         self.holds = 0
         self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
         self.last_hold_ns: int | None = None  # ... and of the last hold
@@ -157,6 +168,9 @@ class MavlinkActuator(Actuator):
         self.statustext.clear()  # the refusal's reason is what the autopilot says from now on
         self.link.command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1 if arm else 0)
         result = self._wait_ack(MAV.MAV_CMD_COMPONENT_ARM_DISARM, timeout_s)
+        if result == MAV.MAV_RESULT_ACCEPTED and arm:
+            self.state.rebooted = None  # the host has seen the reboot (acts were refused) and armed again
+            self._we_hold = False
         if result != MAV.MAV_RESULT_ACCEPTED:
             time.sleep(0.1)  # the reason (a STATUSTEXT) follows the refusal
             raise MavlinkError(
@@ -202,12 +216,25 @@ class MavlinkActuator(Actuator):
         else:
             raise MavlinkError(f"unknown vehicle command {command!r}")
 
+    def in_control(self) -> bool:
+        """Whether the bridge's setpoints fly the vehicle: the autopilot is in its fly mode, or in the hold the
+        bridge entered (module docstring)."""
+        s = self.state
+        if s.autopilot is None:
+            return False
+        return s.mode == FLY_MODE[s.autopilot] or (self._we_hold and s.mode == HOLD_MODE[s.autopilot])
+
     def vehicle(self) -> dict[str, Any]:
         s = self.state
-        return {"autopilot": s.autopilot, "mode": s.mode, "armed": s.armed, "link_ok": self.link.link_ok()}
+        control = None if s.autopilot is None else "bridge" if self.in_control() else "pilot"
+        return {"autopilot": s.autopilot, "mode": s.mode, "armed": s.armed, "link_ok": self.link.link_ok(),
+                "control": control}  # fmt: skip
 
     def link_error(self) -> str | None:
-        return self.link.link_error()
+        lost = self.link.link_error()
+        if lost is not None or self.state.rebooted is None:
+            return lost
+        return f"the autopilot rebooted ({self.state.rebooted}): arm it again with a vehicle request"
 
     # ------------------------------------------------------------------ the Actuator interface
     def _send_setpoint(self, setpoint: Sequence[float]) -> None:
@@ -239,16 +266,18 @@ class MavlinkActuator(Actuator):
 
     def command(self, setpoint: Sequence[float], t_ns: int) -> None:
         self.last_command_ns = t_ns
+        autopilot = self.state.autopilot
+        if not self.in_control():
+            self.setpoints_withheld += 1
+            self._we_hold = False  # someone else chose the mode: never override it
+            return
         # the setpoint first: PX4 refuses OFFBOARD (TEMPORARILY_REJECTED) unless a setpoint arrived within
         # COM_OF_LOSS_T (1 s), and a hold usually lasts longer than that
         self._send_setpoint(setpoint)
-        autopilot = self.state.autopilot
         if not self._we_hold or autopilot is None:
             return
-        s, fly, hold = self.state, FLY_MODE[autopilot], HOLD_MODE[autopilot]
-        if s.mode not in (fly, hold):
-            self._we_hold = False  # someone else chose a mode: never override it
-        elif s.mode == fly and self._resume_sent_s is not None and (s.last_heartbeat_s or 0) > self._resume_sent_s:
+        s, fly = self.state, FLY_MODE[autopilot]
+        if s.mode == fly and self._resume_sent_s is not None and (s.last_heartbeat_s or 0) > self._resume_sent_s:
             self._we_hold = False  # back in the fly mode (a heartbeat after our request says so)
         elif self._resume_sent_s is None or self.clock() - self._resume_sent_s >= RESUME_RETRY_S:
             # in our hold, or the heartbeat (1 Hz) does not show the hold yet: ask (again) until it shows `fly`
@@ -258,16 +287,17 @@ class MavlinkActuator(Actuator):
     def hold(self, t_ns: int) -> None:
         self.holds += 1
         self.last_hold_ns = t_ns
+        if not self.in_control():
+            return  # a pilot's mode is never overridden, not even by a zero setpoint
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
-        autopilot = self.state.autopilot
         # also while a resume is pending: the heartbeat may still show the hold although OFFBOARD was accepted
-        if autopilot is not None and (self.state.mode == FLY_MODE[autopilot] or self._we_hold):
-            self.link.set_mode(HOLD_MODE[autopilot])
-            self._we_hold = True
-            self._resume_sent_s = None
+        self.link.set_mode(HOLD_MODE[self.state.autopilot or ""])
+        self._we_hold = True
+        self._resume_sent_s = None
 
     def reset(self) -> None:
-        self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+        if self.in_control():
+            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
     def stats(self) -> dict[str, Any]:
         age = self.link.heartbeat_age_s()
@@ -278,6 +308,7 @@ class MavlinkActuator(Actuator):
             "link_ok": self.link.link_ok(),
             "heartbeat_age_s": None if age is None else round(age, 3),
             "setpoints_sent": self.setpoints_sent,
+            "setpoints_withheld": self.setpoints_withheld,
             "holds": self.holds,
             "last_command_ns": self.last_command_ns,
             "last_hold_ns": self.last_hold_ns,

@@ -14,6 +14,21 @@ STATUSTEXTs, and writes to it one sender at a time (COMMAND_LONG included). Ever
 to the link's owner: ``on_message`` sees every message but the heartbeats of ground stations and companions,
 ``on_tick`` runs once per reader turn (at least every 50 ms).
 
+What the link trusts (a shared radio, a second ground station, a noisy UART; docs/autopilot.md, "Faults"):
+
+* **One autopilot.** The first autopilot heartbeat locks the link to its system; every other system's messages
+  are dropped and counted (``foreign_messages``). On UDP the link also locks to the address that heartbeat came
+  from: datagrams from any other address are dropped unread while the autopilot is heard (``foreign_datagrams``),
+  and on ``udpin`` everything the link sends goes to that address alone (pymavlink's own UDP server writes to every
+  address that ever sent it a datagram). After a lost link (``link_timeout_s`` without a heartbeat) the same system
+  may come back from a new address (a restarted SITL binds a new port).
+* **Its boot clock.** The link asks for SYSTEM_TIME once a second when it locks and after every heartbeat gap
+  (``BOOT_CLOCK_GAP_S``: a reboot forgets the streams asked for), and watches ``time_boot_ms`` in every message of the autopilot's component: a clock that goes back by more than
+  ``REBOOT_BACKSTEP_MS``, or an autopilot that comes back disarmed from a lost link it went into armed, is a reboot
+  (``reboots``, ``rebooted``: the owner decides what a reboot forbids, and clears ``rebooted``).
+* **Only answers it asked for.** AUTOPILOT_VERSION counts only as the answer to :meth:`request_version` (asked at
+  the lock and after every reboot).
+
 This module imports only the standard library; pymavlink (the ``mavlink`` extra) is imported when a link opens, so
 checking an endpoint needs nothing installed.
 """
@@ -34,6 +49,12 @@ ENDPOINT_FORMS = (
 NETWORK_KINDS = ("udpin", "udp", "udpout", "tcp", "tcpin")
 AUTOPILOT_NAMES = {3: "ardupilot", 12: "px4"}  # MAV_AUTOPILOT_ARDUPILOTMEGA, MAV_AUTOPILOT_PX4
 HEARTBEAT_PERIOD_S = 1.0
+# a boot clock stepping back by more than this is a reboot; messages of one component arrive a few ms out of order
+REBOOT_BACKSTEP_MS = 1000
+BOOT_CLOCK_INTERVAL_US = 1_000_000  # SYSTEM_TIME, asked for at every lock
+# a heartbeat gap this long (one heartbeat missed) may hide a reboot, which forgets the streams asked for: ask again
+BOOT_CLOCK_GAP_S = 1.5 * HEARTBEAT_PERIOD_S
+UDP_MAX_DATAGRAM = 65535
 # role -> (source system, source component, our HEARTBEAT's MAV_TYPE and system status)
 ROLES = {
     "companion": (1, 191, "MAV_TYPE_ONBOARD_CONTROLLER", "MAV_STATE_ACTIVE"),  # MAV_COMP_ID_ONBOARD_COMPUTER
@@ -94,6 +115,10 @@ class AutopilotState:
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
     firmware_git: str | None = None  # ArduPilot: the git hash's first 8 characters; PX4: its first 8 bytes in hex
     foreign_messages: int = 0  # messages from another system than the autopilot's, ignored
+    foreign_datagrams: int = 0  # UDP: datagrams from another address than the autopilot's while it is heard, unread
+    boot_ms: int | None = None  # the autopilot's boot clock (time_boot_ms), as last seen
+    reboots: int = 0  # reboots noticed (:attr:`rebooted` says why)
+    rebooted: str | None = None  # why the link believes the autopilot rebooted; the link's owner clears it
 
 
 def add_statustext(lines: deque[str], msg: Any) -> None:
@@ -153,6 +178,13 @@ class MavlinkLink:
         self._on_message, self._on_tick = on_message, on_tick
         self._version_requested = False
         self._version_pending = False  # a request_version not answered yet
+        self._address: tuple[str, int] | None = None  # UDP: where the autopilot's heartbeats come from
+        self._source: tuple[str, int] | None = None  # UDP: the address of the datagram being handled
+        self._reboot_noticed_s: float | None = None
+        if self._datagrams and parsed.kind != "udpout":
+            # pymavlink's UDP server writes to every address that ever sent it a datagram: ours writes to the
+            # autopilot's alone (nothing before it is heard)
+            self.conn.write = self._write_to_autopilot
         self._send_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
@@ -190,9 +222,16 @@ class MavlinkLink:
             return [] if msg is None else [msg]
         if not select.select([self.conn.port], [], [], timeout_s)[0]:
             return []
-        data = self.conn.recv()
+        try:  # the socket itself: pymavlink's recv would add every sender to the addresses its writes go to
+            data, address = self.conn.port.recvfrom(UDP_MAX_DATAGRAM)
+        except (BlockingIOError, ConnectionRefusedError):
+            return []
         if not data:
             return []
+        if self._address is not None and address != self._address and self.link_ok():
+            self.state.foreign_datagrams += 1
+            return []
+        self._source = address
         if self.conn.first_byte:
             self.conn.auto_mavlink_version(data)
         parser = self.conn.mav
@@ -209,17 +248,32 @@ class MavlinkLink:
             # shared radio neither takes its place nor reaches the callbacks
             s.foreign_messages += 1
             return
+        boot_ms = getattr(msg, "time_boot_ms", None)
+        if boot_ms is not None and msg.get_srcComponent() == s.component:
+            if s.boot_ms is not None and boot_ms < s.boot_ms - REBOOT_BACKSTEP_MS:
+                self._rebooted(f"its boot clock went back from {s.boot_ms / 1000:.1f} s to {boot_ms / 1000:.1f} s")
+            s.boot_ms = boot_ms
         if kind == "HEARTBEAT":
             autopilot = AUTOPILOT_NAMES.get(msg.autopilot)
             if autopilot is None or msg.type in (self.mav.MAV_TYPE_GCS, self.mav.MAV_TYPE_ONBOARD_CONTROLLER):
                 return  # a ground station or a companion computer, not the vehicle
+            gap = None if s.last_heartbeat_s is None else now - s.last_heartbeat_s
+            came_back = gap is not None and gap >= self.link_timeout_s
+            was_armed = s.armed
             s.autopilot, s.system, s.component = autopilot, msg.get_srcSystem(), msg.get_srcComponent()
             s.mode = self.mavutil.mode_string_v10(msg)
             s.armed = bool(msg.base_mode & self.mav.MAV_MODE_FLAG_SAFETY_ARMED)
             entry = self.mav.enums["MAV_TYPE"].get(msg.type)
             s.mav_type = entry.name.removeprefix("MAV_TYPE_") if entry is not None else str(msg.type)
             s.last_heartbeat_s = now
+            if self._datagrams:
+                self._address = self._source
             self.conn.target_system, self.conn.target_component = s.system, s.component
+            noticed = self._reboot_noticed_s is not None and gap is not None and self._reboot_noticed_s > now - gap
+            if came_back and was_armed and not s.armed and not noticed:
+                self._rebooted(f"it came back disarmed after {gap:.1f} s without a heartbeat, armed before")
+            if gap is None or gap >= BOOT_CLOCK_GAP_S:
+                self.ask_boot_clock()  # the first heartbeat, or one after a gap a quick reboot fits in
             if not self._version_requested:
                 self._version_requested = True
                 self.request_version()
@@ -241,7 +295,20 @@ class MavlinkLink:
         if self._on_message is not None:
             self._on_message(msg, now)
 
+    def _rebooted(self, why: str) -> None:
+        s = self.state
+        s.reboots += 1
+        s.rebooted = why
+        self._reboot_noticed_s = self.clock()
+        s.boot_ms = None
+        self.request_version()  # a reboot may bring new firmware
+
     # ------------------------------------------------------------------ what goes out
+    def _write_to_autopilot(self, buf: bytes) -> None:
+        """``udpin``'s writes: to the autopilot's address only, nothing before it is heard."""
+        if self._address is not None:
+            self.conn.port.sendto(buf, self._address)
+
     def send(self, write: Callable[[Any], Any]) -> None:
         """``write(encoder)`` with pymavlink's MAVLink encoder, one writer at a time; a down link drops it (the
         missing heartbeats report that)."""
@@ -269,6 +336,11 @@ class MavlinkLink:
         request)."""
         self._version_pending = True
         self.command(self.mav.MAV_CMD_REQUEST_MESSAGE, self.mav.MAVLINK_MSG_ID_AUTOPILOT_VERSION)
+
+    def ask_boot_clock(self) -> None:
+        """Ask for SYSTEM_TIME once a second (MAV_CMD_SET_MESSAGE_INTERVAL): its ``time_boot_ms`` shows a reboot
+        even when nothing else the autopilot sends carries its boot clock."""
+        self.command(self.mav.MAV_CMD_SET_MESSAGE_INTERVAL, self.mav.MAVLINK_MSG_ID_SYSTEM_TIME, BOOT_CLOCK_INTERVAL_US)
 
     def set_mode(self, mode: str) -> None:
         """Ask for flight mode ``mode`` by pymavlink's name (its DO_SET_MODE for the autopilot heard)."""

@@ -49,7 +49,8 @@ OUTAGE_AFTER_S = 0.5  # a miss streak this long is an outage even if the connect
 MAX_OUTAGE_S = 60.0  # give up (the log stays valid; --resume continues) after this long without a bridge
 
 Event = dict[str, Any]
-LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors")  # per episode row
+# per episode row
+LINK_COUNTS = ("outages", "outage_s", "bridge_restarts", "policy_uploads", "vehicle_link_errors", "pilot_acts")
 
 
 class LinkLost(BridgeError):
@@ -100,6 +101,7 @@ class LinkStats:
     policy_verifications: int = 0
     bridge_restarts: int = 0
     vehicle_link_errors: int = 0  # acts the bridge refused because its autopilot link was lost (VEHICLE_LINK)
+    pilot_acts: int = 0  # acts answered while a pilot had the vehicle (the reply's vehicle.control): nothing was sent
 
 
 class ControlLink:
@@ -141,6 +143,7 @@ class ControlLink:
         self._in_outage = False
         self._last_reconnect = 0.0
         self.episode_outage = False  # set when an outage touches the current episode
+        self._pilot_has_control = False  # the last reply said a pilot has the vehicle
         self.free_running = True  # run_closed_loop clears it when it paces the loop itself
 
     # ------------------------------------------------------------------ events
@@ -162,6 +165,13 @@ class ControlLink:
             self._miss(deadline, why=result)
             return None
         self._on_reply()
+        vehicle = result.vehicle or {}
+        pilot = vehicle.get("control") == "pilot"
+        if pilot:
+            self.stats.pilot_acts += 1
+            if not self._pilot_has_control:
+                self.emit("pilot_has_control", mode=vehicle.get("mode"))
+        self._pilot_has_control = pilot
         return result
 
     def _request_act(self, obs: np.ndarray, deadline: float) -> ActResult | str:

@@ -116,13 +116,15 @@ def format_table(runs: list[dict[str, Any]], comparisons: list[dict[str, Any]]) 
     )
     for r in runs:
         rel = r["reliability"]
-        if any(rel.get(k) for k in ("deadline_misses", "outages", "retries", "reconnects", "vehicle_link_errors")):
+        counted = ("deadline_misses", "outages", "retries", "reconnects", "vehicle_link_errors", "pilot_acts")
+        if any(rel.get(k) for k in counted):
             lines.append(
                 f"{short_name(r['policy'])}: {rel['deadline_misses']} deadline misses (deadline {rel['deadline_ms'] or 0:.0f} ms), "
                 f"{rel['outages']} outage(s) {rel['outage_s']:.2f} s, {rel.get('retries', 0)} retries, "
                 f"{rel.get('reconnects', 0)} reconnects, {rel.get('stale_replies', 0)} stale replies dropped, "
                 f"{rel['bridge_restarts']} bridge restart(s), {rel['policy_reuploads']} policy re-upload(s), "
-                f"{rel.get('vehicle_link_errors') or 0} act(s) refused with the autopilot link lost; "
+                f"{rel.get('vehicle_link_errors') or 0} act(s) refused with the autopilot link lost, "
+                f"{rel.get('pilot_acts') or 0} answered with a pilot in control (nothing sent); "
                 f"episodes spanning an outage: {rel['episodes_spanning_outage'] or 'none'}"
             )
     for c in comparisons:

@@ -39,6 +39,7 @@ class Reliability:
     # fields above, and only those measured (a run resumed from an older log may lack some)
     client: dict[str, int] = field(default_factory=dict)
     vehicle_link_errors: int | None = 0  # acts refused VEHICLE_LINK: the bridge's autopilot link was lost
+    pilot_acts: int | None = 0  # acts answered while a pilot had the vehicle: the bridge sent nothing
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -164,6 +165,7 @@ def summarize_run(
             policy_reuploads=rec.link.policy_uploads + _prior(prior, "policy_uploads"),
             bridge_restarts=rec.link.bridge_restarts + _prior(prior, "bridge_restarts"),
             vehicle_link_errors=rec.link.vehicle_link_errors + _prior(prior, "vehicle_link_errors"),
+            pilot_acts=rec.link.pilot_acts + _prior(prior, "pilot_acts"),
             episodes_spanning_outage=[r["episode"] for r in rows if r.get("spans_outage")],
             client={
                 k: rec.client_counters.get(k, 0) + _prior(prior, k)

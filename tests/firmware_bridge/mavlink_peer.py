@@ -15,7 +15,11 @@ were seen to behave, docs/autopilot.md):
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
   enums is a protocol error the test sees (``errors``), and so is a frame PX4 drops (it takes LOCAL_NED and
   BODY_NED only).
-- PX4 streams GLOBAL_POSITION_INT (its altitude above sea level) to the companion at 10 Hz.
+- PX4 streams GLOBAL_POSITION_INT (its altitude above sea level) to the companion at 10 Hz. MAV_CMD_SET_MESSAGE_INTERVAL
+  for SYSTEM_TIME (both autopilots honour it per link) streams SYSTEM_TIME, stamped with the boot clock, until a
+  reboot.
+- :meth:`reboot`: silent for a while (the process restarting), then a new boot clock, disarmed, the boot mode, every
+  stream asked for forgotten (as on a real reboot).
 
 With ``gcs_port`` the peer is also a vehicle a ground station watches (for hil.run --backend autopilot): a point
 whose velocity follows the last body-frame setpoint (first-order lag ``TAU_S``) while armed in GUIDED / OFFBOARD and
@@ -82,17 +86,22 @@ class PointVehicle:
 
 class AutopilotPeer:
     """Listens on ``udpin:127.0.0.1:PORT``; the actuator connects with ``udpout:127.0.0.1:PORT``; with ``gcs_port``
-    a ground station connects with ``udpout:127.0.0.1:GCS_PORT``."""
+    a ground station connects with ``udpout:127.0.0.1:GCS_PORT``. With ``connect`` the peer sends to PORT instead
+    (the actuator listens with ``udpin:127.0.0.1:PORT``, as for PX4 SITL)."""
 
-    def __init__(self, autopilot: str, port: int, gcs_port: int | None = None) -> None:
+    def __init__(self, autopilot: str, port: int, gcs_port: int | None = None, connect: bool = False) -> None:
         self.autopilot = autopilot
-        self.link = mavutil.mavlink_connection(f"udpin:127.0.0.1:{port}", source_system=1, source_component=1)
+        self.link = mavutil.mavlink_connection(
+            f"{'udpout' if connect else 'udpin'}:127.0.0.1:{port}", source_system=1, source_component=1
+        )
+        self.connect = connect
         self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "LOITER")
         self.vehicle = PointVehicle()
         self.boot = time.monotonic()
         self.silent = threading.Event()
         self.telemetry_silent = threading.Event()
         self.intervals: dict[int, float] = {}  # message id -> seconds, as a ground station asked
+        self.companion_intervals: dict[int, float] = {}  # ... as the companion asked (its own link)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True)]
         self.gcs = None
@@ -179,13 +188,17 @@ class AutopilotPeer:
         (link or self.link).mav.heartbeat_send(MAV.MAV_TYPE_QUADROTOR, autopilot, base, custom, MAV.MAV_STATE_ACTIVE)
 
     def _run(self) -> None:
-        next_beat = next_position = 0.0
+        next_beat = next_position = next_time = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
-            if not self.silent.is_set() and getattr(self.link, "clients", None):
+            if not self.silent.is_set() and (self.connect or getattr(self.link, "clients", None)):
                 if now >= next_beat:
                     self._heartbeat()
                     next_beat = now + HEARTBEAT_PERIOD_S
+                period = self.companion_intervals.get(MAV.MAVLINK_MSG_ID_SYSTEM_TIME)
+                if period is not None and now >= next_time:
+                    self.link.mav.system_time_send(int(time.time() * 1e6), self._time_boot_ms())
+                    next_time = now + period
                 if self.autopilot == "px4" and now >= next_position:
                     self.link.mav.global_position_int_send(
                         self._time_boot_ms(), 0, 0, int((HOME_AMSL_M - self.vehicle.position[2]) * 1000),
@@ -226,6 +239,9 @@ class AutopilotPeer:
         if msg.command not in MAV.enums["MAV_CMD"]:
             s.errors.append(f"command {msg.command} is not a MAV_CMD")
             return MAV.MAV_RESULT_UNSUPPORTED
+        if msg.command == MAV.MAV_CMD_SET_MESSAGE_INTERVAL and link is None:
+            self.companion_intervals[int(msg.param1)] = msg.param2 / 1e6
+            return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_COMPONENT_ARM_DISARM:
             s.armed = msg.param1 == 1
             return MAV.MAV_RESULT_ACCEPTED
@@ -264,6 +280,17 @@ class AutopilotPeer:
     def set_mode(self, mode: str) -> None:
         """A mode change on the vehicle's side (the pilot's RC switch)."""
         self.state.mode = mode
+
+    def reboot(self, down_s: float) -> None:
+        """The autopilot restarts: silent for ``down_s``, then a new boot clock, disarmed, in its boot mode, with
+        every stream the companion asked for forgotten."""
+        self.silent.set()
+        time.sleep(down_s)
+        self.state.armed = False
+        self.state.mode = "STABILIZE" if self.autopilot == "ardupilot" else "LOITER"
+        self.companion_intervals.clear()
+        self.boot = time.monotonic()
+        self.silent.clear()
 
     def close(self) -> None:
         self._stop.set()

@@ -14,6 +14,7 @@ pytest.importorskip("pymavlink", reason="the mavlink actuator needs the mavlink 
 
 from pymavlink import mavutil  # noqa: E402
 
+from firmware_bridge.flight_modes import FLY_MODE  # noqa: E402
 from firmware_bridge.mavlink_actuator import VELOCITY_YAW_RATE_MASK, MavlinkActuator, MavlinkError  # noqa: E402
 from tests.firmware_bridge.mavlink_peer import AutopilotPeer  # noqa: E402
 
@@ -58,8 +59,11 @@ def test_arming_take_off_and_modes_are_explicit_and_setpoints_use_the_autopilots
     peer, actuator = pair
     actuator.wait_heartbeat(5)
     actuator.command((2.0, 0.5, -0.25, 0.3), time.monotonic_ns())
-    until(lambda: len(peer.state.setpoints) >= 1)
-    assert not peer.state.armed and peer.state.mode in ("STABILIZE", "LOITER")  # an act arms nothing
+    time.sleep(0.2)
+    # an act arms nothing, and in the mode the autopilot booted in (not the bridge's) sends nothing
+    assert not peer.state.armed and peer.state.mode in ("STABILIZE", "LOITER")
+    assert peer.state.setpoints == [] and actuator.setpoints_withheld == 1
+    assert actuator.vehicle()["control"] == "pilot"
     fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
     if peer.autopilot == "ardupilot":
         with pytest.raises(MavlinkError, match="take-off refused"):
@@ -131,11 +135,18 @@ def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pa
     peer.set_mode(pilots)  # the pilot takes over on the RC switch
     until(lambda: actuator.state.mode == pilots)
     mode_requests = sum(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands)
+    time.sleep(0.1)  # a setpoint still in flight
+    n, withheld = len(peer.state.setpoints), actuator.setpoints_withheld
     for _ in range(5):
         actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
         time.sleep(0.05)
+    actuator.hold(time.monotonic_ns())  # the watchdog's hold: the pilot's mode stays, nothing is sent
+    actuator.reset()
+    time.sleep(0.2)
     assert peer.state.mode == pilots
     assert sum(c == MAV.MAV_CMD_DO_SET_MODE for c, _ in peer.state.commands) == mode_requests
+    assert len(peer.state.setpoints) == n and actuator.setpoints_withheld == withheld + 5
+    assert actuator.vehicle()["control"] == "pilot"
 
 
 def test_a_silent_autopilot_is_a_lost_link(pair):
@@ -147,6 +158,36 @@ def test_a_silent_autopilot_is_a_lost_link(pair):
     assert actuator.stats()["heartbeat_age_s"] >= 2.0
     peer.silent.clear()
     until(lambda: actuator.stats()["link_ok"], timeout=3)
+
+
+@pytest.mark.parametrize("autopilot", ["ardupilot", "px4"])
+def test_a_reboot_refuses_acts_until_the_host_arms_again(autopilot):
+    """A reboot shorter than the link's timeout (the link is never lost): the boot clock, asked for again after the
+    heartbeat gap, went back; acts are refused and send nothing until the host arms again."""
+    port = free_udp_port()
+    peer = AutopilotPeer(autopilot, port)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=5.0)
+    fly = FLY_MODE[autopilot]
+    try:
+        actuator.wait_heartbeat(5)
+        actuator.set_mode(fly)
+        actuator.arm()
+        until(lambda: actuator.state.boot_ms is not None)  # SYSTEM_TIME streams
+        assert actuator.link_error() is None
+        peer.reboot(down_s=2.0)
+        until(lambda: actuator.state.reboots == 1)
+        assert actuator.link.link_ok()
+        assert "the autopilot rebooted (its boot clock went back" in actuator.link_error()
+        assert "arm it again with a vehicle request" in actuator.link_error()
+        assert actuator.stats()["reboots"] == 1 and actuator.vehicle()["control"] == "pilot"
+        actuator.set_mode(fly)  # a mode alone is not enough
+        assert actuator.link_error() is not None
+        actuator.arm()
+        assert actuator.link_error() is None and actuator.vehicle()["control"] == "bridge"
+    finally:
+        actuator.close()
+        peer.close()
+    assert peer.state.errors == []
 
 
 def test_no_autopilot_is_a_clear_error():
@@ -185,7 +226,13 @@ def test_the_bridge_process_flies_acts_to_the_autopilot_and_reports_it(start_bri
             assert reply["command"] == "takeoff" and peer.state.commands[-1] == (MAV.MAV_CMD_NAV_TAKEOFF, 0)
             before = len(peer.state.setpoints)
             result = client.act(np.zeros(1032, np.float32))
-            assert result.vehicle == {"autopilot": "ardupilot", "mode": "GUIDED", "armed": True, "link_ok": True}
+            assert result.vehicle == {
+                "autopilot": "ardupilot",
+                "mode": "GUIDED",
+                "armed": True,
+                "link_ok": True,
+                "control": "bridge",
+            }
             until(lambda: len(peer.state.setpoints) > before)
             sp = peer.state.setpoints[before]
             assert sp.frame == MAV.MAV_FRAME_BODY_OFFSET_NED and sp.type_mask == VELOCITY_YAW_RATE_MASK

@@ -4,6 +4,7 @@ takes the next datagrams' frames with it (a noisy radio, a fuzzer), while a data
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -88,3 +89,81 @@ def test_the_link_serves_the_first_autopilot_and_believes_only_the_version_it_as
     assert (link.state.system, link.state.mode, link.conn.target_system) == (1, "GUIDED", 1)
     assert link.state.firmware == "4.5.7"
     assert seen[before:] == ["STATUSTEXT"]  # neither the other system's messages nor the unasked version reach them
+
+
+def system_time(encoder, boot_ms: int) -> bytes:
+    return encoder.system_time_encode(0, boot_ms).pack(encoder)
+
+
+def test_on_udpin_the_link_writes_to_the_autopilots_address_alone_and_reads_no_one_else():
+    """pymavlink's UDP server writes to every address that ever sent it a datagram: a stranger on the port would get
+    every setpoint. The link locks to the address of the autopilot's heartbeat; while the autopilot is heard, another
+    address's datagrams (the same system id spoofed included) are dropped unread; after a lost link the autopilot
+    may come back from a new port (a restarted SITL)."""
+    port = free_udp_port()
+    link = MavlinkLink(f"udpin:127.0.0.1:{port}", "companion", link_timeout_s=1.0)
+    link.start()
+    autopilot, stranger, restarted = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3))
+    for s in (autopilot, stranger, restarted):
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(0.05)
+
+    def received(sock) -> int:
+        n = 0
+        try:
+            while True:
+                sock.recv(65535)
+                n += 1
+        except TimeoutError:
+            return n
+
+    try:
+        stranger.sendto(statustext("before the autopilot"), ("127.0.0.1", port))  # read: nothing is locked yet
+        autopilot.sendto(heartbeat(), ("127.0.0.1", port))
+        until(lambda: link.state.system == 1, timeout=2.0)
+        for _ in range(20):  # the same system id from another address, and garbage
+            stranger.sendto(heartbeat(mode=5), ("127.0.0.1", port))
+            stranger.sendto(bytes(range(40)), ("127.0.0.1", port))
+        link.command(400, 1.0)  # a COMMAND_LONG, and the link's own heartbeats
+        autopilot.sendto(statustext("from the autopilot"), ("127.0.0.1", port))
+        until(lambda: "from the autopilot" in " ".join(link.statustext), timeout=2.0)
+        assert link.state.foreign_datagrams == 40 and link.state.mode == "GUIDED"
+        time.sleep(0.3)
+        assert received(autopilot) >= 2  # the request for its version, the boot-clock request, our command
+        assert received(stranger) == 0
+        # the autopilot restarts on a new port: taken once the link is lost
+        restarted.sendto(heartbeat(mode=5), ("127.0.0.1", port))
+        time.sleep(0.3)
+        assert link.state.mode == "GUIDED"  # the old address is still heard from: ignored
+        until(lambda: not link.link_ok(), timeout=3.0)
+        restarted.sendto(heartbeat(mode=5), ("127.0.0.1", port))
+        until(lambda: link.state.mode == "LOITER", timeout=2.0)
+        link.command(400, 1.0)
+        time.sleep(0.3)
+        assert received(restarted) >= 1 and received(autopilot) == 0 and received(stranger) == 0
+    finally:
+        for s in (autopilot, stranger, restarted):
+            s.close()
+        link.close()
+
+
+def test_a_reboot_is_noticed_by_the_boot_clock_or_by_a_vehicle_back_disarmed(link):
+    link, seen, send = link
+    armed = ENCODER.heartbeat_encode(
+        mavlink2.MAV_TYPE_QUADROTOR, mavlink2.MAV_AUTOPILOT_ARDUPILOTMEGA, 1 | 128, 4, mavlink2.MAV_STATE_ACTIVE
+    ).pack(ENCODER)
+    send(armed)
+    until(lambda: link.state.armed, timeout=2.0)
+    for ms in (60_000, 61_000, 60_900):  # a few ms out of order is not a reboot
+        send(system_time(ENCODER, ms))
+    until(lambda: link.state.boot_ms == 60_900, timeout=2.0)
+    assert link.state.reboots == 0
+    send(system_time(ENCODER, 3_000))  # the boot clock went back: a reboot
+    until(lambda: link.state.reboots == 1, timeout=2.0)
+    assert "boot clock went back from 60.9 s to 3.0 s" in link.state.rebooted
+    link.state.rebooted = None  # the owner's part (the actuator clears it when the host arms again)
+    send(armed)
+    time.sleep(3.3)  # the link is lost (3 s) ...
+    send(heartbeat())  # ... and the vehicle comes back disarmed: rebooted without a clock seen going back
+    until(lambda: link.state.reboots == 2, timeout=2.0)
+    assert "came back disarmed after 3." in link.state.rebooted
