@@ -70,7 +70,7 @@ RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for 
 # the autopilot's state in the bridge's status (docs/protocol.md), in this order
 STATUS_FIELDS = (
     "autopilot", "system", "component", "mode", "armed", "last_heartbeat_s", "firmware",
-    "reboots", "rebooted", "foreign_messages", "foreign_datagrams",
+    "reboots", "rebooted", "foreign_messages", "foreign_datagrams", "unsigned_rejected", "bad_signatures",
 )  # fmt: skip
 
 
@@ -95,9 +95,10 @@ class MavlinkActuator(Actuator):
         link_timeout_s: float = 3.0,
         connect: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        signing_key: bytes | None = None,
     ) -> None:
         self.link = MavlinkLink(endpoint, "companion", on_message=self._on_message, link_timeout_s=link_timeout_s,
-                                connect=connect, clock=clock)  # fmt: skip
+                                connect=connect, clock=clock, signing_key=signing_key)  # fmt: skip
         self.endpoint = endpoint
         self.clock = clock
         self.state: AutopilotState = self.link.state
@@ -304,6 +305,7 @@ class MavlinkActuator(Actuator):
         return {
             "kind": self.name,
             "endpoint": self.endpoint,
+            "signed": self.link.signed,
             **{name: getattr(self.state, name) for name in STATUS_FIELDS},
             "link_ok": self.link.link_ok(),
             "heartbeat_age_s": None if age is None else round(age, 3),

@@ -26,6 +26,12 @@ What the link trusts (a shared radio, a second ground station, a noisy UART; doc
   (``BOOT_CLOCK_GAP_S``: a reboot forgets the streams asked for), and watches ``time_boot_ms`` in every message of the autopilot's component: a clock that goes back by more than
   ``REBOOT_BACKSTEP_MS``, or an autopilot that comes back disarmed from a lost link it went into armed, is a reboot
   (``reboots``, ``rebooted``: the owner decides what a reboot forbids, and clears ``rebooted``).
+* **Signatures, with a key** (``signing_key``; :func:`load_signing_key` reads a key file): MAVLink 2 signing as
+  the MAVLink spec defines it (pymavlink's): every message the link sends is signed, and every message that is
+  unsigned, MAVLink 1, wrongly signed or replayed (its timestamp not newer than the last of its stream) is dropped
+  before the link reads it, counted in ``unsigned_rejected`` and ``bad_signatures``. The hash is checked before a
+  stream's timestamp is kept (pymavlink keeps it first, so one forged frame with a far-future timestamp would
+  silence the real autopilot's stream, and forged streams would fill its table).
 * **Only answers it asked for.** AUTOPILOT_VERSION counts only as the answer to :meth:`request_version` (asked at
   the lock and after every reboot).
 
@@ -35,7 +41,11 @@ checking an endpoint needs nothing installed.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import select
+import stat
+import struct
 import threading
 import time
 from collections import deque
@@ -55,6 +65,7 @@ BOOT_CLOCK_INTERVAL_US = 1_000_000  # SYSTEM_TIME, asked for at every lock
 # a heartbeat gap this long (one heartbeat missed) may hide a reboot, which forgets the streams asked for: ask again
 BOOT_CLOCK_GAP_S = 1.5 * HEARTBEAT_PERIOD_S
 UDP_MAX_DATAGRAM = 65535
+SIGNED_STREAM_MAX_AGE = 6_000_000  # a new signed stream may start at most one minute (10 us units) behind us
 # role -> (source system, source component, our HEARTBEAT's MAV_TYPE and system status)
 ROLES = {
     "companion": (1, 191, "MAV_TYPE_ONBOARD_CONTROLLER", "MAV_STATE_ACTIVE"),  # MAV_COMP_ID_ONBOARD_COMPUTER
@@ -119,6 +130,8 @@ class AutopilotState:
     boot_ms: int | None = None  # the autopilot's boot clock (time_boot_ms), as last seen
     reboots: int = 0  # reboots noticed (:attr:`rebooted` says why)
     rebooted: str | None = None  # why the link believes the autopilot rebooted; the link's owner clears it
+    unsigned_rejected: int = 0  # with a signing key: unsigned (or MAVLink 1) messages dropped
+    bad_signatures: int = 0  # with a signing key: wrongly signed or replayed messages dropped
 
 
 def add_statustext(lines: deque[str], msg: Any) -> None:
@@ -129,6 +142,27 @@ def add_statustext(lines: deque[str], msg: Any) -> None:
         lines[-1] += text
     elif text:
         lines.append(text)
+
+
+def load_signing_key(path: str | os.PathLike[str]) -> bytes:
+    """The 32-byte MAVLink 2 signing key in the file at ``path``: 64 hexadecimal digits, or a passphrase whose
+    SHA-256 is the key (MAVProxy's ``signing setup PASSPHRASE``, so the same passphrase sets up the autopilot).
+    ValueError, one line, for a missing, empty or unreadable file, or one that others may read (the key lets anyone
+    command the vehicle: ``chmod 600``)."""
+    try:
+        mode = os.stat(path).st_mode
+        text = open(path, encoding="utf-8").read().strip()  # noqa: SIM115 - read whole at once
+    except FileNotFoundError:
+        raise ValueError(f"signing key file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"signing key file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"signing key file {path} is open to other users (mode {mode & 0o777:o}): chmod 600 it")
+    if not text:
+        raise ValueError(f"signing key file {path} is empty: write 64 hex digits or a passphrase in it")
+    if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return bytes.fromhex(text)
+    return hashlib.sha256(text.encode()).digest()
 
 
 def load_mavutil() -> Any:
@@ -157,9 +191,17 @@ class MavlinkLink:
         connect: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         thread_name: str = "airq-mavlink",
+        signing_key: bytes | None = None,
     ) -> None:
         parsed = parse_endpoint(endpoint)
+        if signing_key is not None and len(signing_key) != 32:
+            raise ValueError(f"a MAVLink signing key is 32 bytes, got {len(signing_key)}")
         self.mavutil = load_mavutil()
+        if signing_key is not None and self.mavutil.mavlink.WIRE_PROTOCOL_VERSION != "2.0":
+            # signing is MAVLink 2's: speak it from the first byte (pymavlink otherwise starts in MAVLink 1 and
+            # switches, with a new encoder, when it hears MAVLink 2; the process-wide switch it makes itself)
+            os.environ["MAVLINK20"] = "1"
+            self.mavutil.set_dialect(self.mavutil.current_dialect)
         self.mav = self.mavutil.mavlink
         system, component, mav_type, status = ROLES[role]
         self._heartbeat = (getattr(self.mav, mav_type), 0 if status is None else getattr(self.mav, status))
@@ -181,6 +223,11 @@ class MavlinkLink:
         self._address: tuple[str, int] | None = None  # UDP: where the autopilot's heartbeats come from
         self._source: tuple[str, int] | None = None  # UDP: the address of the datagram being handled
         self._reboot_noticed_s: float | None = None
+        self._signing_key = signing_key
+        self.signed = signing_key is not None
+        if signing_key is not None:
+            self.conn.setup_signing(signing_key, sign_outgoing=True, allow_unsigned_callback=lambda mav, msg_id: False)
+            self.conn.mav.check_signature = self._check_signature
         if self._datagrams and parsed.kind != "udpout":
             # pymavlink's UDP server writes to every address that ever sent it a datagram: ours writes to the
             # autopilot's alone (nothing before it is heard)
@@ -211,6 +258,7 @@ class MavlinkLink:
                 time.sleep(0.05)
             for msg in messages:
                 self._handle(msg, self.clock())
+            self._count_signing()
 
     def _receive(self, timeout_s: float) -> list[Any]:
         """The messages that arrive within ``timeout_s``. Serial and TCP links are byte streams (pymavlink's
@@ -294,6 +342,29 @@ class MavlinkLink:
             add_statustext(self.statustext, msg)
         if self._on_message is not None:
             self._on_message(msg, now)
+
+    def _check_signature(self, msgbuf: bytearray, src_system: int, src_component: int) -> bool:
+        """A signed frame's signature (the MAVLink 2 signing spec): the hash first, then the stream's timestamp,
+        which only a good signature may advance."""
+        signing = self.conn.mav.signing
+        assert self._signing_key is not None
+        if hashlib.sha256(self._signing_key + bytes(msgbuf[:-6])).digest()[:6] != bytes(msgbuf[-6:]):
+            return False
+        low, high = struct.unpack("<IH", bytes(msgbuf[-12:-6]))
+        timestamp, stream = low + (high << 32), (msgbuf[-13], src_system, src_component)
+        last = signing.stream_timestamps.get(stream)
+        if timestamp <= (last if last is not None else signing.timestamp - SIGNED_STREAM_MAX_AGE):
+            return False  # replayed, or a new stream older than a minute
+        signing.stream_timestamps[stream] = timestamp
+        signing.timestamp = max(signing.timestamp, timestamp)
+        return True
+
+    def _count_signing(self) -> None:
+        """pymavlink's signing counters into :attr:`state` (it counts a bad signature as rejected too)."""
+        if self._signing_key is not None:
+            signing = self.conn.mav.signing
+            self.state.bad_signatures = signing.badsig_count
+            self.state.unsigned_rejected = signing.reject_count - signing.badsig_count
 
     def _rebooted(self, why: str) -> None:
         s = self.state

@@ -49,6 +49,12 @@ def build_parser() -> OneLineArgumentParser:
         help=f"--actuator mavlink: the flight controller, {ENDPOINT_FORMS} (docs/autopilot.md)",
     )
     parser.add_argument(
+        "--fc-signing-key",
+        metavar="FILE",
+        help="--actuator mavlink: sign the flight-controller link with MAVLink 2 signing and drop what is not signed "
+        "with this key; FILE holds 64 hex digits or a passphrase (mode 600; docs/autopilot.md section 5)",
+    )
+    parser.add_argument(
         "--hold-timeout-ms", type=positive_int, default=200, help="hover if no act arrives for this long (default 200)"
     )
     parser.add_argument(
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.curve_secret is None) != (args.curve_clients is None):
         fail("--curve-secret and --curve-clients go together (the bridge's key and who may connect)", prog=PROG)
     try:
-        check_fc(args.actuator, args.fc)
+        check_fc(args.actuator, args.fc, args.fc_signing_key)
     except ValueError as exc:
         fail(str(exc), prog=PROG)
 
@@ -134,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.authenticated and not curve_available():
         fail("--curve-secret: this libzmq has no CURVE support", prog=PROG)
     try:
-        actuator = make_actuator(args.actuator, args.fc)
+        actuator = make_actuator(args.actuator, args.fc, args.fc_signing_key)
     except ValueError as exc:
         fail(str(exc), prog=PROG)
     try:

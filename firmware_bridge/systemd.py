@@ -71,6 +71,7 @@ def render_unit(
     threads: int = 1,
     actuator: str = "mock",
     fc: str | None = None,
+    fc_signing_key: str | None = None,
     hold_timeout_ms: int = 200,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     user: str = SERVICE_USER,
@@ -88,6 +89,8 @@ def render_unit(
     ]  # fmt: skip
     if fc:
         command += ["--fc", fc]
+    if fc_signing_key:
+        command += ["--fc-signing-key", fc_signing_key]
     if curve_secret and curve_clients:
         command += ["--curve-secret", curve_secret, "--curve-clients", curve_clients]
     # The mock actuator needs no device; a flight-controller link (a serial port) does.
@@ -146,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument("--actuator", choices=ACTUATOR_KINDS, default="mock")
     parser.add_argument("--fc", metavar="ENDPOINT", help="--actuator mavlink: the flight controller (serve's --fc)")
+    parser.add_argument(
+        "--fc-signing-key", metavar="FILE", help="--actuator mavlink: serve's --fc-signing-key (made absolute)"
+    )
     parser.add_argument("--hold-timeout-ms", type=positive_int, default=200)
     parser.add_argument("--max-message-bytes", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES)
     parser.add_argument("--curve-secret", metavar="FILE", help="CurveZMQ key pair of the bridge (made absolute)")
@@ -178,9 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         check_fc(args.actuator, args.fc)
     except ValueError as exc:
         fail(str(exc), prog=PROG)
+    fc_signing_key = str(Path(args.fc_signing_key).expanduser().absolute()) if args.fc_signing_key else None
+    if fc_signing_key and args.actuator != "mavlink":
+        fail("--fc-signing-key is for --actuator mavlink", prog=PROG)
     if args.user == "root":
         fail("--user root: the bridge runs unprivileged (docs/pi-install.md creates the airq account)", prog=PROG)
-    for flag, value in (("--curve-secret", curve_secret), ("--curve-clients", curve_clients), ("--policy", policy)):
+    for flag, value in (
+        ("--curve-secret", curve_secret), ("--curve-clients", curve_clients), ("--policy", policy),
+        ("--fc-signing-key", fc_signing_key),
+    ):  # fmt: skip
         if value and Path(value).is_relative_to(f"/var/lib/{STATE_DIRECTORY}"):
             fail(
                 f"{flag} {value}: keep keys and policies out of the service's working directory "
@@ -195,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             threads=args.threads,
             actuator=args.actuator,
             fc=args.fc,
+            fc_signing_key=fc_signing_key,
             hold_timeout_ms=args.hold_timeout_ms,
             max_message_bytes=args.max_message_bytes,
             user=args.user,

@@ -18,6 +18,9 @@ were seen to behave, docs/autopilot.md):
 - PX4 streams GLOBAL_POSITION_INT (its altitude above sea level) to the companion at 10 Hz. MAV_CMD_SET_MESSAGE_INTERVAL
   for SYSTEM_TIME (both autopilots honour it per link) streams SYSTEM_TIME, stamped with the boot clock, until a
   reboot.
+- With ``signing_key``: MAVLink 2 signing as ArduPilot and PX4 do it once a key is set up: everything it sends is
+  signed, an unsigned or wrongly signed message is dropped (counted by pymavlink's ``signing`` counters, and
+  recorded in ``errors``).
 - :meth:`reboot`: silent for a while (the process restarting), then a new boot clock, disarmed, the boot mode, every
   stream asked for forgotten (as on a real reboot).
 
@@ -31,6 +34,7 @@ with MAV_CMD_SET_MESSAGE_INTERVAL, LOCAL_POSITION_NED and ATTITUDE stamped with 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,11 +93,19 @@ class AutopilotPeer:
     a ground station connects with ``udpout:127.0.0.1:GCS_PORT``. With ``connect`` the peer sends to PORT instead
     (the actuator listens with ``udpin:127.0.0.1:PORT``, as for PX4 SITL)."""
 
-    def __init__(self, autopilot: str, port: int, gcs_port: int | None = None, connect: bool = False) -> None:
+    def __init__(
+        self, autopilot: str, port: int, gcs_port: int | None = None, connect: bool = False,
+        signing_key: bytes | None = None,
+    ) -> None:  # fmt: skip
         self.autopilot = autopilot
+        if signing_key is not None and mavutil.mavlink.WIRE_PROTOCOL_VERSION != "2.0":
+            os.environ["MAVLINK20"] = "1"  # signing is MAVLink 2's
+            mavutil.set_dialect(mavutil.current_dialect)
         self.link = mavutil.mavlink_connection(
             f"{'udpout' if connect else 'udpin'}:127.0.0.1:{port}", source_system=1, source_component=1
         )
+        if signing_key is not None:  # as ArduPilot and PX4 with a key: sign everything, accept only signed
+            self.link.setup_signing(signing_key, sign_outgoing=True, allow_unsigned_callback=lambda mav, msg_id: False)
         self.connect = connect
         self.state = PeerState(mode="STABILIZE" if autopilot == "ardupilot" else "LOITER")
         self.vehicle = PointVehicle()

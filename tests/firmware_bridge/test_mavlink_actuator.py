@@ -274,6 +274,7 @@ def test_the_boot_service_passes_the_flight_controller_and_opens_its_serial_port
     from firmware_bridge.systemd import render_unit
 
     unit = render_unit(python="/usr/bin/python3", bind="tcp://0.0.0.0:5555", policy=None, actuator="mavlink",
-                       fc="serial:/dev/serial0:921600")  # fmt: skip
+                       fc="serial:/dev/serial0:921600", fc_signing_key="/etc/airq/fc.key")  # fmt: skip
     assert "--actuator mavlink" in unit and "--fc serial:/dev/serial0:921600" in unit
+    assert "--fc-signing-key /etc/airq/fc.key" in unit
     assert "SupplementaryGroups=dialout" in unit and "PrivateDevices=yes" not in unit
