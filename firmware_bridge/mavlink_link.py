@@ -16,12 +16,12 @@ to the link's owner: ``on_message`` sees every message but the heartbeats of gro
 
 What the link trusts (a shared radio, a second ground station, a noisy UART; docs/autopilot.md, "Faults"):
 
-* **One autopilot.** The first autopilot heartbeat locks the link to its system; every other system's messages
-  are dropped and counted (``foreign_messages``). On UDP the link also locks to the address that heartbeat came
-  from: datagrams from any other address are dropped unread while the autopilot is heard (``foreign_datagrams``),
-  and on ``udpin`` everything the link sends goes to that address alone (pymavlink's own UDP server writes to every
-  address that ever sent it a datagram). After a lost link (``link_timeout_s`` without a heartbeat) the same system
-  may come back from a new address (a restarted SITL binds a new port).
+* **One autopilot.** The first autopilot heartbeat locks the link to its system and component; every other
+  system's or component's messages are dropped and counted (``foreign_messages``). On UDP the link also locks to
+  the address that heartbeat came from: datagrams from any other address are dropped unread while the autopilot is
+  heard (``foreign_datagrams``), and on ``udpin`` everything the link sends goes to that address alone (pymavlink's
+  own UDP server writes to every address that ever sent it a datagram). After a lost link (``link_timeout_s``
+  without a heartbeat) the same system may come back from a new address (a restarted SITL binds a new port).
 * **Its boot clock.** The link asks for SYSTEM_TIME once a second when it locks and after every heartbeat gap
   (``BOOT_CLOCK_GAP_S``: a reboot forgets the streams asked for), and watches ``time_boot_ms`` in every message of the autopilot's component: a clock that goes back by more than
   ``REBOOT_BACKSTEP_MS``, or an autopilot that comes back disarmed from a lost link it went into armed, is a reboot
@@ -125,7 +125,7 @@ class AutopilotState:
     last_heartbeat_s: float | None = None  # the link's clock
     firmware: str | None = None  # AUTOPILOT_VERSION's flight_sw_version, major.minor.patch
     firmware_git: str | None = None  # ArduPilot: the git hash's first 8 characters; PX4: its first 8 bytes in hex
-    foreign_messages: int = 0  # messages from another system than the autopilot's, ignored
+    foreign_messages: int = 0  # messages from another system or component than the autopilot's, ignored
     foreign_datagrams: int = 0  # UDP: datagrams from another address than the autopilot's while it is heard, unread
     boot_ms: int | None = None  # the autopilot's boot clock (time_boot_ms), as last seen
     reboots: int = 0  # reboots noticed (:attr:`rebooted` says why)
@@ -291,13 +291,14 @@ class MavlinkLink:
 
     def _handle(self, msg: Any, now: float) -> None:
         kind, s = msg.get_type(), self.state
-        if s.system is not None and msg.get_srcSystem() != s.system:
-            # the link serves the autopilot it heard first: a second autopilot, a ground station or a stranger on a
-            # shared radio neither takes its place nor reaches the callbacks
+        if s.system is not None and (msg.get_srcSystem(), msg.get_srcComponent()) != (s.system, s.component):
+            # the link serves the autopilot it heard first: a second autopilot, a ground station, another component
+            # of the vehicle (a gimbal, a companion) or a stranger on a shared radio neither takes its place nor
+            # reaches the callbacks
             s.foreign_messages += 1
             return
         boot_ms = getattr(msg, "time_boot_ms", None)
-        if boot_ms is not None and msg.get_srcComponent() == s.component:
+        if boot_ms is not None and s.component is not None:
             if s.boot_ms is not None and boot_ms < s.boot_ms - REBOOT_BACKSTEP_MS:
                 self._rebooted(f"its boot clock went back from {s.boot_ms / 1000:.1f} s to {boot_ms / 1000:.1f} s")
             s.boot_ms = boot_ms

@@ -17,6 +17,7 @@ What must hold (docs/autopilot.md, "Faults"), checked in three phases under the 
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -242,3 +243,47 @@ def test_the_bridge_commands_only_its_autopilot_under_a_hostile_flood(start_brid
         stranger.close()
         peer.close()
     assert peer.state.errors == []
+
+
+def test_the_hosts_ground_station_link_takes_the_pose_of_its_autopilot_alone_under_the_flood():
+    """The host's side (hil.run --backend autopilot's telemetry, nav_env.autopilot.Telemetry) under the same flood,
+    plus poses far from the vehicle from every source but the autopilot: another component of its system, a second
+    autopilot, and the autopilot's own ids from a stranger's address. The pose keeps streaming and is the vehicle's."""
+    from nav_env.autopilot import Telemetry
+
+    port, gcs_port = free_udp_port(), free_udp_port()
+    peer = AutopilotPeer("ardupilot", port, gcs_port=gcs_port)
+    telemetry = Telemetry(f"udpout:127.0.0.1:{gcs_port}")
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind(("127.0.0.1", 0))
+    flood = None
+    try:
+        telemetry.wait_streaming(10)
+        enc = encoders()
+
+        def far_pose(encoder, x: float) -> bytes:
+            return encoder.local_position_ned_encode(10**6, x, x, -x, 0, 0, 0).pack(encoder)
+
+        gimbal, second = enc["gimbal"], enc["second"]
+        flood = Flood(peer.gcs.port, stranger, telemetry.link.conn.port.getsockname()[1], seed=1)
+        from_autopilot, from_stranger = flood.datagrams
+        from_autopilot[::50] = [far_pose(gimbal, 1000.0), far_pose(second, 2000.0)] * (len(from_autopilot[::50]) // 2)
+        from_stranger[::50] = [far_pose(enc["autopilot"], 3000.0)] * len(from_stranger[::50])
+        memory_before = rss_bytes(os.getpid())
+        flood.start()
+        poses = 0
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end or flood.sent < MIN_MESSAGES:
+            pose = telemetry.wait_pose_after(telemetry.pose.time_ms, timeout_s=2.0)
+            assert abs(pose.position_ned).max() < 100.0, pose  # the peer's vehicle stands at home
+            poses += 1
+        flood.stop()
+        assert telemetry._streaming() and poses >= 4.0 * 50 * 0.7
+        assert telemetry.state.foreign_messages > 0 and telemetry.state.foreign_datagrams > 0
+        assert rss_bytes(os.getpid()) - memory_before < MEMORY_GROWTH_LIMIT
+    finally:
+        if flood is not None:
+            flood.stop()
+        telemetry.close()
+        stranger.close()
+        peer.close()
