@@ -9,7 +9,7 @@ LOCK := requirements/lock.txt
 # the CPU build (2.13.0+cpu) is on this index. TORCH_INDEX= (empty) skips it.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-stress bench clean study quarl lock
+.PHONY: demo test test-stress bench clean study study-quadrotor quarl lock
 
 # torch first, from the CPU index when it answers within 5 s; otherwise from pip's configured index (on an
 # ordinary Linux x86 machine that is the CUDA build; a machine whose pip config points at a folder of CPU wheels
@@ -60,6 +60,13 @@ demo: $(STAMP)
 # time: docs/results.md, "The deployment study".
 study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
+
+# The same study on the rigid-body quadrotor (--backend mujoco, docs/dynamics.md) with the quadrotor-trained Policies
+# I-III (fp32, fp16, int8; they have no int8-dynamic files), each flying default and hard as the point-mass study's do.
+QUADROTOR_MODELS := $(foreach n,1 2 3,$(foreach p,fp32 fp16 int8,models/policy$(n)_quadrotor_$(p).onnx))
+study-quadrotor: $(STAMP)
+	$(PY) -m deployment_study --sim-only --profile pi3b --backend mujoco --models $(QUADROTOR_MODELS) \
+		--episodes 300 --levels default hard --seed 0 --out out/study_quadrotor
 
 # The QuaRL study's CPU part (docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
 # Ray Tune trial (its wall time: docs/results.md, "The QuaRL study"); rerunning resumes. Then its Table 2,

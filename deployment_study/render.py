@@ -30,7 +30,7 @@ from deployment_study.memory_stage import (
 from deployment_study.render_latency import latency_sweep_figure, md_latency
 from deployment_study.render_memfit import TABLE_COLUMNS, table_row
 from deployment_study.results import StudyResults
-from deployment_study.seed import TABLE4
+from deployment_study.seed import TABLE4, seed_group
 from deployment_study.seed import label as policy_label
 from device_emulation.profiles import FIGURES, load_profiles
 from firmware_bridge.device import format_versions
@@ -169,7 +169,11 @@ def md_seed(data: StudyResults) -> str:
         p = e.predicted_on_pi.get("pi3b") if e else None
         return p.predicted_s if p and p.shown else None
 
-    for group, quarl in TABLE4.table.items():
+    for group in dict.fromkeys(r.group for r in rows if r.level == level):
+        key = seed_group(group)
+        if key is None:
+            continue
+        quarl = TABLE4.table[key]
         f = next((r for r in rows if r.group == group and r.level == level and r.precision == "fp32"), None)
         i = next((r for r in rows if r.group == group and r.level == level and r.precision == "int8"), None)
         if f is None or i is None:
@@ -181,7 +185,7 @@ def md_seed(data: StudyResults) -> str:
         ft = f.timing_inference_us.p50 if f.timing_inference_us else None
         it = i.timing_inference_us.p50 if i.timing_inference_us else None
         out.append(
-            f"| {quarl.name} | {quarl.layers} | {quarl.fp32_ms} | {quarl.fp32_success:.0%} | {quarl.int8_ms} | "
+            f"| {policy_label(group)} | {quarl.layers} | {quarl.fp32_ms} | {quarl.fp32_success:.0%} | {quarl.int8_ms} | "
             f"{quarl.int8_success:.0%} | {quarl.speedup}x | {_ms(ft / 1e6 if ft else None)} | {f.success_rate:.1%} | "
             f"{_ms(it / 1e6 if it else None)} | {i.success_rate:.1%} | {_x(i.speedup_vs_fp32)} | {predicted} |"
         )

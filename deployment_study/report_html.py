@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from deployment_study.seed import label as policy_label
+from deployment_study.seed import seed_group
 from nav_env.report_page import figures_by_name, read_report, write_page
 
 PAGE = "study.html"
@@ -30,13 +32,14 @@ def write_study_html(study: Mapping[str, Any] | Path, pngs: Iterable[Path], out_
     if memory_plot:
         pngs.append(out_dir / memory_plot)
     rows = data.get("rows") or []
+    groups = {r["group"] for r in rows}
     return write_page(
         out_dir / PAGE,
         "deployment_study",
         TEMPLATE,
         data,
         figures=figures_by_name(pngs),
-        labels={group: f"Policy {seed['name']}" for group, seed in (data.get("seed") or {}).get("table", {}).items()},
+        labels={group: policy_label(group) for group in {*(data.get("seed") or {}).get("table", {}), *groups}},
         rows_by_level={
             level: [(i, r) for i, r in enumerate(rows) if r["level"] == level] for level in data["args"]["levels"]
         },
@@ -68,13 +71,17 @@ def table4(data: Mapping[str, Any]) -> list[dict[str, Any]]:
         shown = ((data["roofline"][k]["predicted_on_pi"].get(TABLE4_BOARD)) or {}).get("shown")
         return k if shown else None
 
+    ours = list(dict.fromkeys(r["group"] for r in rows if r["level"] == level))
+    beside = {seed_group(g) for g in ours}
     out = []
-    for group in dict.fromkeys([*seed, *(r["group"] for r in rows if r["level"] == level)]):
+    # our groups, each beside its seed row; then the seed's rows no group of ours stands beside
+    for group in [*ours, *(g for g in seed if g not in beside)]:
         fp32, int8 = row(group, "fp32"), row(group, "int8")
+        key = seed_group(group)
         out.append(
             {
                 "group": group,
-                "seed": group if group in seed else None,
+                "seed": key if key in seed else None,
                 "fp32": fp32,
                 "int8": int8,
                 "fp32_pi": predicted(fp32),

@@ -52,7 +52,24 @@ TABLE4 = SeedTable(
 )
 
 
+# a group of another vehicle's models of the same preset (models/policy1_quadrotor_*.onnx) stands beside the seed's
+# row of that preset: the seed's Air Learning policies flew a quadrotor too
+VEHICLE_SUFFIXES = ("_quadrotor",)
+
+
+def seed_group(group: str) -> str | None:
+    """The seed's row a policy group stands beside (its key in :data:`TABLE4`), or None."""
+    for suffix in ("", *VEHICLE_SUFFIXES):
+        if group.endswith(suffix) and group.removesuffix(suffix) in TABLE4.table:
+            return group.removesuffix(suffix) if suffix else group
+    return None
+
+
 def label(group: str) -> str:
-    """How tables name a policy group: the seed's name where it has one ("Policy III"), else the group."""
-    seed = TABLE4.table.get(group)
-    return f"Policy {seed.name}" if seed else group
+    """How tables name a policy group: the seed's name where it has one ("Policy III"; "Policy III, quadrotor" for
+    the quadrotor-trained group), else the group."""
+    key = seed_group(group)
+    if key is None:
+        return group
+    vehicle = group.removeprefix(key).removeprefix("_")
+    return f"Policy {TABLE4.table[key].name}" + (f", {vehicle}" if vehicle else "")
