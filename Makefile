@@ -62,11 +62,13 @@ study: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --episodes 300 --levels default hard --seed 0 --out out/study
 
 # The same study on the rigid-body quadrotor (--backend mujoco, docs/dynamics.md) with the quadrotor-trained Policies
-# I-III (fp32, fp16, int8; they have no int8-dynamic files), each flying default and hard as the point-mass study's do.
+# I-III (fp32, fp16, int8; they have no int8-dynamic files), each flying default and hard as the point-mass study's
+# do; the memory and latency stages' Air Learning-sized Policy III is the quadrotor's Policy III widened.
 QUADROTOR_MODELS := $(foreach n,1 2 3,$(foreach p,fp32 fp16 int8,models/policy$(n)_quadrotor_$(p).onnx))
 study-quadrotor: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --backend mujoco --models $(QUADROTOR_MODELS) \
-		--episodes 300 --levels default hard --seed 0 --out out/study_quadrotor
+		--memory-source models/policy3_quadrotor_fp32.onnx --episodes 300 --levels default hard --seed 0 \
+		--out out/study_quadrotor
 
 # The QuaRL study's CPU part (docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
 # Ray Tune trial (its wall time: docs/results.md, "The QuaRL study"); rerunning resumes. Then its Table 2,
