@@ -1,0 +1,186 @@
+"""python -m deployment_study.vehicles STUDY STUDY [--out DIR]: two deployment studies side by side, one of the
+point mass (``make study``) and one of the rigid-body quadrotor (``make study-quadrotor``), in one page.
+
+Each STUDY is a finished study's folder (its study.json). The page (vehicles.html, every number read by key from
+vehicles.json, written beside it with the figure vehicles.png) shows, per vehicle and beside the seed's Table 4, the
+fp32 and int8 success of each policy in lockstep on every level with int8's paired difference, and int8 against
+fp32 when each flies at its predicted Pi 3B time (the latency stage's pairs; the Air Learning-sized Policy III among
+them): where success is lost between the vehicles, and where int8 stands on each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
+from deployment_study.seed import label, seed_group
+from nav_env.report_page import figures_by_name, write_page
+from nav_env.stats import paired_difference
+
+PROG = "deployment_study.vehicles"
+PAGE, DATA, FIGURE, TEMPLATE = "vehicles.html", "vehicles.json", "vehicles.png", "vehicles.html.j2"
+VEHICLES = {"embedded": "point mass", "mujoco": "rigid-body quadrotor"}
+
+
+def read_study(folder: Path) -> dict[str, Any]:
+    """A finished study's study.json; UserError (one line) for a missing, unreadable or unfinished one."""
+    path = folder / "study.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no study.json (run python -m deployment_study --out {folder} first)") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: cannot be read as JSON: {e}") from None
+    if not isinstance(data, dict) or "rows" not in data or "args" not in data:
+        raise UserError(f"{path}: not a deployment study's study.json")
+    if not data.get("complete"):
+        raise UserError(f"{path}: the study did not finish (resume it with the same command)")
+    return data
+
+
+def lockstep(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per policy group and level: fp32 and int8 success in the closed loop and int8's paired difference."""
+    rows = data["rows"]
+    out = []
+    for level in data["args"]["levels"]:
+        for group in dict.fromkeys(r["group"] for r in rows if r["level"] == level):
+            by = {r["precision"]: r for r in rows if (r["group"], r["level"]) == (group, level)}
+            if "fp32" not in by or "int8" not in by:
+                continue
+            out.append(
+                {
+                    "level": level,
+                    "policy": label(group),
+                    "seed": seed_group(group),
+                    "fp32_success": by["fp32"]["success_rate"],
+                    "int8_success": by["int8"]["success_rate"],
+                    "int8_minus_fp32": by["int8"]["paired_vs_fp32"],
+                    "episodes": by["fp32"]["episodes"],
+                }
+            )
+    return out
+
+
+def at_board(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The latency stage's fp32 and int8 of each group and level, each at its predicted board time, paired."""
+    lat = data.get("latency") or {}
+    rows = lat.get("rows") or []
+    out = []
+    for fp32 in rows:
+        int8 = next(
+            (
+                r
+                for r in rows
+                if r["precision"] == "int8"
+                and (r["level"], r["group"], bool(r["stand_in"]))
+                == (fp32["level"], fp32["group"], bool(fp32["stand_in"]))
+            ),
+            None,
+        )
+        if fp32["precision"] != "fp32" or int8 is None:
+            continue
+        a, b = fp32["at_board"], int8["at_board"]
+        diff = paired_difference([o == "success" for o in a["outcomes"]], [o == "success" for o in b["outcomes"]])
+        out.append(
+            {
+                "level": fp32["level"],
+                "policy": label(fp32["group"]) + (", Air Learning-sized" if fp32["stand_in"] else ""),
+                "fp32_ms": fp32["predicted_ms"],
+                "int8_ms": int8["predicted_ms"],
+                "fp32_success": a["success_rate"],
+                "int8_success": b["success_rate"],
+                "int8_minus_fp32": diff,
+                "fp32_time_to_goal_s": a["mean_time_to_goal_s"],
+                "int8_time_to_goal_s": b["mean_time_to_goal_s"],
+            }
+        )
+    return out
+
+
+def compare(studies: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:
+    """vehicles.json: each study's vehicle, where and how it ran, its lockstep and at-board rows, and the seed."""
+    vehicles = []
+    for folder, data in studies.items():
+        backend = data["args"].get("backend", "embedded")
+        device = (data.get("device") or {}).get("device") or {}
+        vehicles.append(
+            {
+                "vehicle": VEHICLES.get(backend, backend),
+                "backend": backend,
+                "study": str(folder),
+                "command": data["command"],
+                "date": data["date"],
+                "cpu": device.get("cpu_model"),
+                "wall_s": data.get("wall_s"),
+                "board": (data.get("latency") or {}).get("board"),
+                "lockstep": lockstep(data),
+                "at_board": at_board(data),
+            }
+        )
+    backends = [v["backend"] for v in vehicles]
+    if len(set(backends)) != len(backends):
+        raise UserError(f"two studies of the same vehicle ({', '.join(backends)}): give one per vehicle")
+    seed = next(iter(studies.values())).get("seed") or {}
+    return {"vehicles": vehicles, "seed": seed}
+
+
+def figure(data: Mapping[str, Any], path: Path) -> Path:
+    """vehicles.png: success at the predicted board times, fp32 against int8, per vehicle (a panel each) and level."""
+    # deferred: matplotlib, ~0.5 s to import, only for the figure
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    vehicles = data["vehicles"]
+    slots = max(6, *(len(v["at_board"]) for v in vehicles))  # the same bar width in every panel
+    fig, axes = plt.subplots(1, len(vehicles), figsize=(6.2 * len(vehicles), 4.2), squeeze=False, sharey=True)
+    for ax, v in zip(axes[0], vehicles, strict=True):
+        rows = v["at_board"]
+        names = [f"{r['policy']}\n{r['level']}" for r in rows]
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], [100 * r["fp32_success"] for r in rows], 0.4, label="fp32", color="#1f77b4")
+        ax.bar([i + 0.2 for i in x], [100 * r["int8_success"] for r in rows], 0.4, label="int8", color="#ff7f0e")
+        for i, r in enumerate(rows):
+            ax.text(i, 2, f"{r['fp32_ms']:.3g} /\n{r['int8_ms']:.3g} ms", ha="center", fontsize=7, color="white")
+        ax.set_xticks(list(x), names, fontsize=7, rotation=30, ha="right")
+        ax.set_title(f"{v['vehicle']} ({v['backend']})")
+        ax.set_ylim(0, 100)
+        ax.set_xlim(-0.6, slots - 0.4)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("success % at the predicted Pi 3B time")
+    axes[0][0].legend(loc="lower left", fontsize=8)
+    fig.suptitle("fp32 and int8, each acting at its predicted Pi 3B time (the bar's label), per vehicle", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(studies: list[Path], out: Path) -> Path:
+    """vehicles.json, vehicles.png and vehicles.html in ``out``; the page's path."""
+    if len({folder.resolve() for folder in studies}) != len(studies):
+        raise UserError(f"the same study given twice ({studies[0]}): give one per vehicle")
+    data = compare({folder: read_study(folder) for folder in studies})
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / DATA, data)
+    png = figure(data, out / FIGURE)
+    return write_page(out / PAGE, "deployment_study", TEMPLATE, data, figures=figures_by_name([png]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
+    p.add_argument("studies", nargs=2, type=Path, metavar="STUDY", help="a finished study's folder (study.json)")
+    p.add_argument("--out", type=output_dir, default="out/study_vehicles", help="folder for the page")
+    args = p.parse_args(argv)
+    page = write(args.studies, Path(args.out))
+    print(f"wrote {page} (+ {DATA}, {FIGURE})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

@@ -1,0 +1,109 @@
+"""python -m deployment_study.vehicles: two real (small) studies, the point mass and the quadrotor, side by side in
+one page; the page in headless Chromium shows vehicles.json's numbers; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mujoco", reason="the quadrotor's study needs the dynamics extra (make installs it)")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory) -> dict[str, Path]:
+    """Policy I fp32 and int8 of each vehicle, 3 episodes on `default`, with the latency stage (pi3b)."""
+    out = {}
+    for backend, source in (("embedded", "policy1"), ("mujoco", "policy1_quadrotor")):
+        models = tmp_path_factory.mktemp(f"models_{backend}")
+        paths = []
+        for prec in ("fp32", "int8"):
+            paths.append(models / f"{source}_{prec}.onnx")
+            shutil.copy(ROOT / "models" / f"{source}_{prec}.onnx", paths[-1])
+        folder = tmp_path_factory.mktemp(f"study_{backend}")
+        proc = run(
+            "deployment_study", "--sim-only", "--profile", "pi3b", "--backend", backend, "--models", *map(str, paths),
+            "--episodes", "3", "--levels", "default", "--timing-acts", "10", "--timing-rounds", "2",
+            "--no-memory-study", "--quiet", "--out", str(folder),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[backend] = folder
+    return out
+
+
+def test_the_page_shows_both_vehicles_numbers(studies, tmp_path):
+    from report_pages import check_page
+
+    proc = run("deployment_study.vehicles", str(studies["embedded"]), str(studies["mujoco"]), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "vehicles.json").read_text())
+    assert [v["vehicle"] for v in data["vehicles"]] == ["point mass", "rigid-body quadrotor"]
+    assert [r["policy"] for r in data["vehicles"][1]["lockstep"]] == ["Policy I, quadrotor"]
+    required = []
+    for k, v in enumerate(data["vehicles"]):
+        # the latency stage flies only models whose roofline check agreed (timing: under load it may not)
+        assert v["lockstep"], v
+        for section in ("lockstep", "at_board"):
+            for i in range(len(v[section])):
+                key = f"vehicles.{k}.{section}.{i}"
+                required += [f"{key}.fp32_success", f"{key}.int8_success", f"{key}.int8_minus_fp32.diff"]
+    figures = (
+        "[...document.querySelectorAll('figure img')].map(i => [i.closest('figure').dataset.figure, i.naturalWidth])"
+    )
+    loaded = check_page(tmp_path / "vehicles.html", data, required, figures)
+    assert [name for name, width in loaded.found if width > 0] == ["vehicles.png"]
+
+
+def test_bad_input_is_one_line(studies, tmp_path):
+    copy = shutil.copytree(studies["mujoco"], tmp_path / "copy")
+    twice = run("deployment_study.vehicles", str(studies["mujoco"]), str(studies["mujoco"]), "--out", str(tmp_path))
+    same = run("deployment_study.vehicles", str(studies["mujoco"]), str(copy), "--out", str(tmp_path))
+    missing = run("deployment_study.vehicles", str(studies["mujoco"]), str(tmp_path / "none"), "--out", str(tmp_path))
+    for proc, message in (
+        (twice, "the same study given twice"),
+        (same, "two studies of the same vehicle (mujoco, mujoco): give one per vehicle"),
+        (missing, "no study.json (run python -m deployment_study --out"),
+    ):
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_int8_against_fp32_at_the_board_pairs_each_groups_flights():
+    """The latency stage's fp32 and int8 of one group, level and size, paired over their episodes' outcomes."""
+    from deployment_study.vehicles import at_board
+
+    def row(precision, stand_in, ms, outcomes):
+        flights = {"success_rate": outcomes.count("success") / len(outcomes), "outcomes": outcomes}
+        return {
+            "level": "default", "group": "policy3_quadrotor", "precision": precision, "stand_in": stand_in,
+            "predicted_ms": ms, "at_board": flights | {"mean_time_to_goal_s": 6.0},
+        }  # fmt: skip
+
+    ok, crash = "success", "collision"
+    study = {
+        "latency": {
+            "rows": [
+                row("fp32", None, 12.7, [ok, ok, ok, ok]),
+                row("int8", None, 3.3, [ok, ok, ok, crash]),
+                row("fp32", "Air Learning-sized", 289.0, [ok, crash, crash, crash]),
+                row("int8", "Air Learning-sized", 70.8, [ok, ok, ok, crash]),
+            ]
+        }
+    }
+    pairs = at_board(study)
+    assert [(p["policy"], p["fp32_ms"], p["int8_ms"]) for p in pairs] == [
+        ("Policy III, quadrotor", 12.7, 3.3),
+        ("Policy III, quadrotor, Air Learning-sized", 289.0, 70.8),
+    ]
+    assert [p["int8_minus_fp32"]["diff"] for p in pairs] == [-0.25, 0.5]
+    assert at_board({"latency": None}) == [] and at_board({}) == []
