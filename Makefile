@@ -9,7 +9,7 @@ LOCK := requirements/lock.txt
 # the CPU build (2.13.0+cpu) is on this index. TORCH_INDEX= (empty) skips it.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-stress bench clean study study-quadrotor quarl lock
+.PHONY: demo test test-stress bench clean study study-quadrotor study-vehicles quarl lock
 
 # torch first, from the CPU index when it answers within 5 s; otherwise from pip's configured index (on an
 # ordinary Linux x86 machine that is the CUDA build; a machine whose pip config points at a folder of CPU wheels
@@ -69,6 +69,12 @@ study-quadrotor: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --backend mujoco --models $(QUADROTOR_MODELS) \
 		--memory-source models/policy3_quadrotor_fp32.onnx --episodes 300 --levels default hard --seed 0 \
 		--out out/study_quadrotor
+
+# Both vehicles' studies side by side in one page (out/study_vehicles/vehicles.html); runs whichever is missing.
+study-vehicles: $(STAMP)
+	@[ -f out/study/study.json ] || $(MAKE) study
+	@[ -f out/study_quadrotor/study.json ] || $(MAKE) study-quadrotor
+	$(PY) -m deployment_study.vehicles out/study out/study_quadrotor --out out/study_vehicles
 
 # The QuaRL study's CPU part (docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
 # Ray Tune trial (its wall time: docs/results.md, "The QuaRL study"); rerunning resumes. Then its Table 2,
