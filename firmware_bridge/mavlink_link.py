@@ -18,10 +18,11 @@ What the link trusts (a shared radio, a second ground station, a noisy UART; doc
 
 * **One autopilot.** The first autopilot heartbeat locks the link to its system and component; every other
   system's or component's messages are dropped and counted (``foreign_messages``). On UDP the link also locks to
-  the address that heartbeat came from: datagrams from any other address are dropped unread while the autopilot is
-  heard (``foreign_datagrams``), and on ``udpin`` everything the link sends goes to that address alone (pymavlink's
-  own UDP server writes to every address that ever sent it a datagram). After a lost link (``link_timeout_s``
-  without a heartbeat) the same system may come back from a new address (a restarted SITL binds a new port).
+  the address that heartbeat came from: datagrams from any other address are dropped unread (``foreign_datagrams``)
+  until that address has sent nothing at all for ``link_timeout_s``, and on ``udpin`` everything the link sends goes
+  to that address alone (pymavlink's own UDP server writes to every address that ever sent it a datagram). Then
+  the same system may come back from a new address (a restarted SITL binds a new port); a flood that only costs the
+  autopilot some heartbeats, while its other messages still arrive, does not open the lock.
 * **Its boot clock.** The link asks for SYSTEM_TIME once a second when it locks and after every heartbeat gap
   (``BOOT_CLOCK_GAP_S``: a reboot forgets the streams asked for), and watches ``time_boot_ms`` in every message of the autopilot's component: a clock that goes back by more than
   ``REBOOT_BACKSTEP_MS``, or an autopilot that comes back disarmed from a lost link it went into armed, is a reboot
@@ -222,6 +223,7 @@ class MavlinkLink:
         self._version_pending = False  # a request_version not answered yet
         self._address: tuple[str, int] | None = None  # UDP: where the autopilot's heartbeats come from
         self._source: tuple[str, int] | None = None  # UDP: the address of the datagram being handled
+        self._address_heard_s = 0.0  # UDP: when the autopilot's address last sent anything (the link's clock)
         self._reboot_noticed_s: float | None = None
         self._signing_key = signing_key
         self.signed = signing_key is not None
@@ -276,7 +278,12 @@ class MavlinkLink:
             return []
         if not data:
             return []
-        if self._address is not None and address != self._address and self.link_ok():
+        now = self.clock()
+        if address == self._address:
+            self._address_heard_s = now
+        elif self._address is not None and now - self._address_heard_s < self.link_timeout_s:
+            # another address, while the autopilot's is not silent: a flood that costs the autopilot a few
+            # heartbeats does not make the link take a stranger's
             self.state.foreign_datagrams += 1
             return []
         self._source = address
@@ -315,8 +322,8 @@ class MavlinkLink:
             entry = self.mav.enums["MAV_TYPE"].get(msg.type)
             s.mav_type = entry.name.removeprefix("MAV_TYPE_") if entry is not None else str(msg.type)
             s.last_heartbeat_s = now
-            if self._datagrams:
-                self._address = self._source
+            if self._datagrams and self._source != self._address:
+                self._address, self._address_heard_s = self._source, now
             self.conn.target_system, self.conn.target_component = s.system, s.component
             noticed = self._reboot_noticed_s is not None and gap is not None and self._reboot_noticed_s > now - gap
             if came_back and was_armed and not s.armed and not noticed:

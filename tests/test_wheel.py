@@ -36,6 +36,7 @@ DATA_FILES = (
     "nav_env/templates/report_macros.html.j2",
     "hil/templates/report.html.j2",
     "deployment_study/templates/study.html.j2",
+    "deployment_study/templates/vehicles.html.j2",
     "quarl/templates/report.html.j2",
 )
 
@@ -156,6 +157,6 @@ def test_wheel_flies_an_episode_in_a_clean_venv(wheel, tmp_path):
     shared = ["report_macros.html.j2", "report_page.html.j2"]
     assert got["templates"] == {
         "hil": sorted(["report.html.j2", *shared]),
-        "deployment_study": sorted(["study.html.j2", *shared]),
+        "deployment_study": sorted(["study.html.j2", "vehicles.html.j2", *shared]),
         "quarl": sorted(["report.html.j2", *shared]),
     }

@@ -131,13 +131,15 @@ def test_on_udpin_the_link_writes_to_the_autopilots_address_alone_and_reads_no_o
         time.sleep(0.3)
         assert received(autopilot) >= 2  # the request for its version, the boot-clock request, our command
         assert received(stranger) == 0
-        # the autopilot restarts on a new port: taken once the link is lost
+        # the autopilot restarts on a new port: taken once the old address has been silent for the link's timeout
         restarted.sendto(heartbeat(mode=5), ("127.0.0.1", port))
         time.sleep(0.3)
         assert link.state.mode == "GUIDED"  # the old address is still heard from: ignored
         until(lambda: not link.link_ok(), timeout=3.0)
+        time.sleep(1.0)  # its last datagram (the statustext) came after its last heartbeat
         restarted.sendto(heartbeat(mode=5), ("127.0.0.1", port))
         until(lambda: link.state.mode == "LOITER", timeout=2.0)
+        received(autopilot)  # what went to the old address before the lock moved (the link's heartbeat)
         link.command(400, 1.0)
         time.sleep(0.3)
         assert received(restarted) >= 1 and received(autopilot) == 0 and received(stranger) == 0
@@ -167,3 +169,26 @@ def test_a_reboot_is_noticed_by_the_boot_clock_or_by_a_vehicle_back_disarmed(lin
     send(heartbeat())  # ... and the vehicle comes back disarmed: rebooted without a clock seen going back
     until(lambda: link.state.reboots == 2, timeout=2.0)
     assert "came back disarmed after 3." in link.state.rebooted
+
+
+def test_a_stranger_does_not_take_the_lock_while_the_autopilot_still_sends():
+    """A flood that costs the autopilot its heartbeats (the link is lost) while its other messages still arrive: a
+    stranger's heartbeat with the autopilot's ids does not move the lock to the stranger's address."""
+    port = free_udp_port()
+    link = MavlinkLink(f"udpin:127.0.0.1:{port}", "companion", link_timeout_s=1.0)
+    link.start()
+    autopilot, stranger = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+    try:
+        autopilot.sendto(heartbeat(), ("127.0.0.1", port))
+        until(lambda: link.state.mode == "GUIDED", timeout=2.0)
+        end = time.monotonic() + 1.6
+        while time.monotonic() < end:  # no heartbeat for longer than the link's timeout, telemetry all along
+            autopilot.sendto(statustext("still here"), ("127.0.0.1", port))
+            stranger.sendto(heartbeat(mode=5), ("127.0.0.1", port))
+            time.sleep(0.05)
+        assert not link.link_ok() and link.state.mode == "GUIDED"
+        assert link.state.foreign_datagrams >= 20
+    finally:
+        autopilot.close()
+        stranger.close()
+        link.close()
