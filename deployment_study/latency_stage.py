@@ -79,6 +79,24 @@ class LatencyRow:
     stand_in: str = ""  # the Air Learning-sized row: which networks flew
     lockstep_matches_loop: int | None = None  # episodes whose outcome equals the closed loop's (None: no cell)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LatencyRow:
+        flights = {k: Flight.from_dict(data[k]) for k in ("lockstep", "at_board")}
+        return cls(**known_fields(cls, data) | flights)
+
+
+def int8_against_fp32(rows: list[LatencyRow]) -> list[tuple[LatencyRow, LatencyRow, dict[str, float]]]:
+    """Each fp32 row with the int8 row of its level, group and size (an Air Learning-sized one apart), and int8 -
+    fp32 at their board delays, paired over the same episodes (nav_env.stats.paired_difference)."""
+    return [
+        (fp32, int8, paired_difference(fp32.at_board.successes, int8.at_board.successes))
+        for fp32 in rows
+        for int8 in rows
+        if fp32.precision == "fp32"
+        and int8.precision == "int8"
+        and (fp32.level, fp32.group, bool(fp32.stand_in)) == (int8.level, int8.group, bool(int8.stand_in))
+    ]
+
 
 @dataclass(frozen=True)
 class SweepCurve:

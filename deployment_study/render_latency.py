@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airq_cli import MISSING, shown
-from deployment_study.latency_stage import Flight, LatencyResult
-from nav_env.stats import paired_difference
+from deployment_study.latency_stage import Flight, LatencyResult, int8_against_fp32
 
 if TYPE_CHECKING:
     from deployment_study.results import StudyResults
@@ -46,14 +45,7 @@ def md_latency(data: StudyResults) -> str:
             f"| {r.level} | {name} | {r.predicted_ms:.3g} ({r.prediction}) | {_flight(r.lockstep)} | "
             f"{_flight(r.at_board)} | {change} | {matches} |"
         )
-    pairs = [
-        (fp32, int8)
-        for fp32 in lat.rows
-        for int8 in lat.rows
-        if fp32.precision == "fp32"
-        and int8.precision == "int8"
-        and (fp32.level, fp32.group, bool(fp32.stand_in)) == (int8.level, int8.group, bool(int8.stand_in))
-    ]
+    pairs = int8_against_fp32(lat.rows)
     if pairs:
         out += [
             "",
@@ -64,8 +56,7 @@ def md_latency(data: StudyResults) -> str:
             "goal s |",
             "|---|---|---|---|---|---|",
         ]
-        for fp32, int8 in pairs:
-            d = paired_difference(fp32.at_board.successes, int8.at_board.successes)
+        for fp32, int8, d in pairs:
             name = fp32.group + (" (Air Learning-sized)" if fp32.stand_in else "")
             out.append(
                 f"| {fp32.level} | {name} | {fp32.predicted_ms:.3g} / {int8.predicted_ms:.3g} | "

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
+from deployment_study.latency_stage import LatencyRow, int8_against_fp32
 from deployment_study.seed import label, seed_group
 from nav_env.report_page import figures_by_name, write_page
-from nav_env.stats import paired_difference
 
 PROG = "deployment_study.vehicles"
 PAGE, DATA, FIGURE, TEMPLATE = "vehicles.html", "vehicles.json", "vehicles.png", "vehicles.html.j2"
@@ -67,38 +67,21 @@ def lockstep(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def at_board(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The latency stage's fp32 and int8 of each group and level, each at its predicted board time, paired."""
-    lat = data.get("latency") or {}
-    rows = lat.get("rows") or []
-    out = []
-    for fp32 in rows:
-        int8 = next(
-            (
-                r
-                for r in rows
-                if r["precision"] == "int8"
-                and (r["level"], r["group"], bool(r["stand_in"]))
-                == (fp32["level"], fp32["group"], bool(fp32["stand_in"]))
-            ),
-            None,
-        )
-        if fp32["precision"] != "fp32" or int8 is None:
-            continue
-        a, b = fp32["at_board"], int8["at_board"]
-        diff = paired_difference([o == "success" for o in a["outcomes"]], [o == "success" for o in b["outcomes"]])
-        out.append(
-            {
-                "level": fp32["level"],
-                "policy": label(fp32["group"]) + (", Air Learning-sized" if fp32["stand_in"] else ""),
-                "fp32_ms": fp32["predicted_ms"],
-                "int8_ms": int8["predicted_ms"],
-                "fp32_success": a["success_rate"],
-                "int8_success": b["success_rate"],
-                "int8_minus_fp32": diff,
-                "fp32_time_to_goal_s": a["mean_time_to_goal_s"],
-                "int8_time_to_goal_s": b["mean_time_to_goal_s"],
-            }
-        )
-    return out
+    rows = [LatencyRow.from_dict(r) for r in (data.get("latency") or {}).get("rows") or []]
+    return [
+        {
+            "level": fp32.level,
+            "policy": label(fp32.group) + (", Air Learning-sized" if fp32.stand_in else ""),
+            "fp32_ms": fp32.predicted_ms,
+            "int8_ms": int8.predicted_ms,
+            "fp32_success": fp32.at_board.success_rate,
+            "int8_success": int8.at_board.success_rate,
+            "int8_minus_fp32": diff,
+            "fp32_time_to_goal_s": fp32.at_board.mean_time_to_goal_s,
+            "int8_time_to_goal_s": int8.at_board.mean_time_to_goal_s,
+        }
+        for fp32, int8, diff in int8_against_fp32(rows)
+    ]
 
 
 def compare(studies: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:

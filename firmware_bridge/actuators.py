@@ -29,14 +29,16 @@ def check_fc(kind: str, fc: str | None, signing_key_file: str | None = None) -> 
         raise ValueError(f"--fc-signing-key: {e}") from None
 
 
-def make_actuator(kind: str, fc: str | None = None, signing_key_file: str | None = None) -> Actuator:
+def make_actuator(kind: str, fc: str | None = None, signing_key: bytes | None = None) -> Actuator:
     """Factory for the --actuator CLI flag: ``mock``, or ``mavlink`` to the flight controller at ``fc`` (a
-    MAVLink endpoint, firmware_bridge.mavlink_actuator; needs the mavlink extra), MAVLink 2 signed with the key in
-    ``signing_key_file`` if given. ValueError, one line, for a bad kind, what :func:`check_fc` refuses, or a
-    missing pymavlink."""
+    MAVLink endpoint, firmware_bridge.mavlink_actuator; needs the mavlink extra), MAVLink 2 signed with
+    ``signing_key`` (what :func:`check_fc` read from ``--fc-signing-key``) if given. ValueError, one line, for a
+    bad kind, what :func:`check_fc` refuses, or a missing pymavlink."""
     if kind not in ACTUATOR_KINDS:
         raise ValueError(f"unknown actuator {kind!r}; available: {', '.join(ACTUATOR_KINDS)}")
-    key = check_fc(kind, fc, signing_key_file)
+    check_fc(kind, fc)
+    if kind == "mock" and signing_key is not None:
+        raise ValueError("--fc-signing-key is for --actuator mavlink")
     if kind == "mock":
         return MockFlightController()
     try:
@@ -45,7 +47,7 @@ def make_actuator(kind: str, fc: str | None = None, signing_key_file: str | None
     except ImportError as e:
         raise ValueError(str(e)) from None
     assert fc is not None
-    return MavlinkActuator(fc, signing_key=key)
+    return MavlinkActuator(fc, signing_key=signing_key)
 
 
 ACTUATOR_KINDS = ("mock", "mavlink")

@@ -166,6 +166,15 @@ def load_signing_key(path: str | os.PathLike[str]) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+def speak_mavlink2(mavutil: Any) -> None:
+    """Make pymavlink's links speak MAVLink 2 from their first byte, as signing needs (pymavlink otherwise starts in
+    MAVLink 1 and switches, with a new encoder that forgets the signing set-up, when it hears MAVLink 2; the switch
+    is process-wide, as the one pymavlink makes itself)."""
+    if mavutil.mavlink.WIRE_PROTOCOL_VERSION != "2.0":
+        os.environ["MAVLINK20"] = "1"
+        mavutil.set_dialect(mavutil.current_dialect)
+
+
 def load_mavutil() -> Any:
     """pymavlink's mavutil; ImportError naming the extra when it is missing."""
     try:
@@ -198,11 +207,8 @@ class MavlinkLink:
         if signing_key is not None and len(signing_key) != 32:
             raise ValueError(f"a MAVLink signing key is 32 bytes, got {len(signing_key)}")
         self.mavutil = load_mavutil()
-        if signing_key is not None and self.mavutil.mavlink.WIRE_PROTOCOL_VERSION != "2.0":
-            # signing is MAVLink 2's: speak it from the first byte (pymavlink otherwise starts in MAVLink 1 and
-            # switches, with a new encoder, when it hears MAVLink 2; the process-wide switch it makes itself)
-            os.environ["MAVLINK20"] = "1"
-            self.mavutil.set_dialect(self.mavutil.current_dialect)
+        if signing_key is not None:
+            speak_mavlink2(self.mavutil)
         self.mav = self.mavutil.mavlink
         system, component, mav_type, status = ROLES[role]
         self._heartbeat = (getattr(self.mav, mav_type), 0 if status is None else getattr(self.mav, status))
@@ -226,7 +232,6 @@ class MavlinkLink:
         self._address_heard_s = 0.0  # UDP: when the autopilot's address last sent anything (the link's clock)
         self._reboot_noticed_s: float | None = None
         self._signing_key = signing_key
-        self.signed = signing_key is not None
         if signing_key is not None:
             self.conn.setup_signing(signing_key, sign_outgoing=True, allow_unsigned_callback=lambda mav, msg_id: False)
             self.conn.mav.check_signature = self._check_signature
@@ -350,6 +355,11 @@ class MavlinkLink:
             add_statustext(self.statustext, msg)
         if self._on_message is not None:
             self._on_message(msg, now)
+
+    @property
+    def signed(self) -> bool:
+        """Whether the link signs and checks signatures (a key was given)."""
+        return self._signing_key is not None
 
     def _check_signature(self, msgbuf: bytearray, src_system: int, src_component: int) -> bool:
         """A signed frame's signature (the MAVLink 2 signing spec): the hash first, then the stream's timestamp,

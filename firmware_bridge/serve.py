@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.curve_secret is None) != (args.curve_clients is None):
         fail("--curve-secret and --curve-clients go together (the bridge's key and who may connect)", prog=PROG)
     try:
-        check_fc(args.actuator, args.fc, args.fc_signing_key)
+        signing_key = check_fc(args.actuator, args.fc, args.fc_signing_key)
     except ValueError as exc:
         fail(str(exc), prog=PROG)
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.authenticated and not curve_available():
         fail("--curve-secret: this libzmq has no CURVE support", prog=PROG)
     try:
-        actuator = make_actuator(args.actuator, args.fc, args.fc_signing_key)
+        actuator = make_actuator(args.actuator, args.fc, signing_key)
     except ValueError as exc:
         fail(str(exc), prog=PROG)
     try:

@@ -83,10 +83,20 @@ def test_int8_against_fp32_at_the_board_pairs_each_groups_flights():
     from deployment_study.vehicles import at_board
 
     def row(precision, stand_in, ms, outcomes):
-        flights = {"success_rate": outcomes.count("success") / len(outcomes), "outcomes": outcomes}
+        flight = {
+            "delay_ms": ms,
+            "episodes": len(outcomes),
+            "success_rate": outcomes.count("success") / len(outcomes),
+            "success_ci95": [0.0, 1.0],
+            "collision_rate": 0.0,
+            "mean_time_to_goal_s": 6.0,
+            "mean_path_length_m": 20.0,
+            "outcomes": outcomes,
+        }
         return {
-            "level": "default", "group": "policy3_quadrotor", "precision": precision, "stand_in": stand_in,
-            "predicted_ms": ms, "at_board": flights | {"mean_time_to_goal_s": 6.0},
+            "level": "default", "group": "policy3_quadrotor", "precision": precision, "model": f"m_{precision}.onnx",
+            "predicted_ms": ms, "prediction": "roofline", "lockstep": flight | {"delay_ms": 0.0},
+            "at_board": flight, "paired": {}, "stand_in": stand_in or "",
         }  # fmt: skip
 
     ok, crash = "success", "collision"

@@ -34,13 +34,14 @@ with MAV_CMD_SET_MESSAGE_INTERVAL, LOCAL_POSITION_NED and ATTITUDE stamped with 
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pymavlink import mavutil
+
+from firmware_bridge.mavlink_link import speak_mavlink2
 
 MAV = mavutil.mavlink
 ARDUCOPTER_MODES = {"STABILIZE": 0, "GUIDED": 4, "LOITER": 5, "BRAKE": 17, "LAND": 9}
@@ -98,9 +99,8 @@ class AutopilotPeer:
         signing_key: bytes | None = None,
     ) -> None:  # fmt: skip
         self.autopilot = autopilot
-        if signing_key is not None and mavutil.mavlink.WIRE_PROTOCOL_VERSION != "2.0":
-            os.environ["MAVLINK20"] = "1"  # signing is MAVLink 2's
-            mavutil.set_dialect(mavutil.current_dialect)
+        if signing_key is not None:
+            speak_mavlink2(mavutil)
         self.link = mavutil.mavlink_connection(
             f"{'udpout' if connect else 'udpin'}:127.0.0.1:{port}", source_system=1, source_component=1
         )
