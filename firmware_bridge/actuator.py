@@ -54,6 +54,16 @@ class Actuator(ABC):
     def close(self) -> None:  # noqa: B027 - optional for actuators with nothing to release
         """Release the link."""
 
+    def tick(self, now_ns: int) -> None:  # noqa: B027 - optional for actuators with nothing timed
+        """Called by the bridge's loop at least every poll timeout (50 ms), acts or not: for work that takes time
+        (a hold that brakes before it hovers)."""
+
+    def flies_on_setpoints(self) -> bool:
+        """Whether the vehicle now flies on the bridge's setpoint stream alone: then the watchdog holds when no act
+        follows a reset or a mode change, as it does when none follows an act (an autopilot's offboard mode left
+        without setpoints falls to the autopilot's own failsafe, which the bridge cannot tell from a pilot's)."""
+        return False
+
     def vehicle(self) -> dict[str, Any] | None:
         """The vehicle's state as every act reply carries it (``autopilot``, ``mode``, ``armed``, ``link_ok``),
         or None: nothing behind this actuator reports one."""
@@ -202,8 +212,15 @@ class HoldWatchdog:
         self.actuator.command(setpoint, t_ns)
         self._deadline_ns = t_ns + self.timeout_ns
 
+    def expect_command(self, now_ns: int) -> None:
+        """Start the deadline without an act when the vehicle flies on the setpoint stream (a reset, a mode change):
+        if no act follows, hold."""
+        if self.actuator.flies_on_setpoints():
+            self._deadline_ns = now_ns + self.timeout_ns
+
     def tick(self, now_ns: int) -> bool:
-        """Fire the hold if the deadline passed; return True if it fired."""
+        """Fire the hold if the deadline passed; return True if it fired. The actuator's own tick runs first."""
+        self.actuator.tick(now_ns)
         if self._deadline_ns is not None and now_ns >= self._deadline_ns:
             self._deadline_ns = None
             self.holds += 1

@@ -14,7 +14,8 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   setpoint is forward-left-up with counter-clockwise yaw rate; MAVLink's body frame is forward-right-down with
   clockwise yaw rate, so y, z and the yaw rate change sign;
 * the hold (the watchdog's fail-safe): a zero-velocity setpoint, then the autopilot's own hold mode, ``BRAKE`` on
-  ArduPilot, ``HOLD`` (AUTO_LOITER) on PX4. The next act takes the vehicle back to GUIDED / OFFBOARD only if the
+  ArduPilot, ``HOLD`` (AUTO_LOITER) on PX4; in the fly mode it also comes when no act follows a reset or the
+  bridge's switch to that mode (:meth:`flies_on_setpoints`), before PX4's own offboard-loss hold would. The next act takes the vehicle back to GUIDED / OFFBOARD only if the
   bridge itself put it in that hold: a mode someone else chose (a pilot on the RC switch) is never overridden. The
   act sends its setpoint before the mode request (PX4 enters OFFBOARD only with a setpoint younger than
   COM_OF_LOSS_T) and asks again every half second until a heartbeat shows the mode (one a second: a refused or
@@ -67,6 +68,15 @@ VELOCITY_YAW_RATE_MASK = (
 SETPOINT_FRAME = {"ardupilot": MAV.MAV_FRAME_BODY_OFFSET_NED, "px4": MAV.MAV_FRAME_BODY_NED}
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
 RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often
+# The hold on PX4 brakes in OFFBOARD first: zero-velocity setpoints (its velocity loop, limited by MPC_ACC_HOR_MAX and
+# MPC_TILTMAX_AIR, brakes at once), then Hold once the vehicle is slower than BRAKE_DONE_MPS or after BRAKE_MAX_S.
+# Hold entered at speed re-plans from the vehicle's acceleration under MPC_JERK_AUTO and keeps accelerating for up
+# to a second (docs/autopilot.md). ArduCopter's BRAKE mode brakes at once (BRAKE_MODE_DECEL_RATE): entered directly.
+BRAKE_IN_FLY_MODE = {"px4": True, "ardupilot": False}
+BRAKE_SETPOINT_S = 0.05  # zero setpoints at 20 Hz while braking (PX4 wants more than 2 Hz)
+BRAKE_DONE_MPS = 0.3
+BRAKE_MAX_S = 4.0
+SPEED_FRESH_S = 0.5  # a GLOBAL_POSITION_INT older than this says nothing of the speed now
 # the autopilot's state in the bridge's status (docs/protocol.md), in this order
 STATUS_FIELDS = (
     "autopilot", "system", "component", "mode", "armed", "last_heartbeat_s", "firmware",
@@ -111,6 +121,9 @@ class MavlinkActuator(Actuator):
         self._we_hold = False  # the bridge put the vehicle in its hold mode (and may take it back)
         self._resume_sent_s: float | None = None  # when we last asked to go back to the fly mode
         self.amsl_m: float | None = None  # GLOBAL_POSITION_INT.alt (PX4's take-off altitude is AMSL)
+        self.ground_speed: tuple[float, float] | None = None  # (m/s, when) from GLOBAL_POSITION_INT
+        self._braking_since: float | None = None  # the hold brakes in the fly mode before the hold mode
+        self._brake_sent_s = 0.0
         self._boot = clock()
         self.link.start()
 
@@ -118,6 +131,7 @@ class MavlinkActuator(Actuator):
     def _on_message(self, msg: Any, now: float) -> None:
         if msg.get_type() == "GLOBAL_POSITION_INT":
             self.amsl_m = msg.alt / 1000.0
+            self.ground_speed = (((msg.vx / 100.0) ** 2 + (msg.vy / 100.0) ** 2) ** 0.5, now)
 
     def wait_heartbeat(self, timeout_s: float = 10.0) -> AutopilotState:
         """The autopilot's state once its heartbeat has been seen; MavlinkError after ``timeout_s``."""
@@ -217,6 +231,13 @@ class MavlinkActuator(Actuator):
         else:
             raise MavlinkError(f"unknown vehicle command {command!r}")
 
+    def flies_on_setpoints(self) -> bool:
+        """Armed in the fly mode (GUIDED / OFFBOARD), which lives on the bridge's setpoints: PX4 leaves OFFBOARD for
+        its own hold COM_OF_LOSS_T after the last one, a mode the bridge would then take for a pilot's. (Disarmed,
+        the vehicle is on the ground, where ArduCopter is put in GUIDED before it arms and takes off.)"""
+        s = self.state
+        return s.autopilot is not None and bool(s.armed) and s.mode == FLY_MODE[s.autopilot]
+
     def in_control(self) -> bool:
         """Whether the bridge's setpoints fly the vehicle: the autopilot is in its fly mode, or in the hold the
         bridge entered (module docstring)."""
@@ -267,6 +288,7 @@ class MavlinkActuator(Actuator):
 
     def command(self, setpoint: Sequence[float], t_ns: int) -> None:
         self.last_command_ns = t_ns
+        self._braking_since = None  # an act while braking: still in the fly mode, it flies on
         autopilot = self.state.autopilot
         if not self.in_control():
             self.setpoints_withheld += 1
@@ -291,12 +313,43 @@ class MavlinkActuator(Actuator):
         if not self.in_control():
             return  # a pilot's mode is never overridden, not even by a zero setpoint
         self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+        s = self.state
+        if BRAKE_IN_FLY_MODE.get(s.autopilot or "") and not self._we_hold and s.mode == FLY_MODE[s.autopilot or ""]:
+            self._braking_since = self._brake_sent_s = self.clock()  # tick() streams zeros, then the hold mode
+            return
+        self._enter_hold_mode()
+
+    def _enter_hold_mode(self) -> None:
+        self._braking_since = None
         # also while a resume is pending: the heartbeat may still show the hold although OFFBOARD was accepted
         self.link.set_mode(HOLD_MODE[self.state.autopilot or ""])
         self._we_hold = True
         self._resume_sent_s = None
 
+    @property
+    def braking(self) -> bool:
+        return self._braking_since is not None
+
+    def tick(self, now_ns: int) -> None:
+        """While the hold brakes in the fly mode: a zero setpoint every BRAKE_SETPOINT_S, and the hold mode once
+        the vehicle is slower than BRAKE_DONE_MPS (GLOBAL_POSITION_INT) or BRAKE_MAX_S has passed."""
+        if self._braking_since is None:
+            return
+        if not self.in_control():  # a pilot took the vehicle meanwhile
+            self._braking_since = None
+            return
+        now = self.clock()
+        speed = self.ground_speed
+        slow = speed is not None and now - speed[1] <= SPEED_FRESH_S and speed[0] < BRAKE_DONE_MPS
+        if now - self._braking_since >= BRAKE_MAX_S or (slow and now - self._braking_since >= BRAKE_SETPOINT_S):
+            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+            self._enter_hold_mode()
+        elif now - self._brake_sent_s >= BRAKE_SETPOINT_S:
+            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+            self._brake_sent_s = now
+
     def reset(self) -> None:
+        self._braking_since = None
         if self.in_control():
             self._send_setpoint((0.0, 0.0, 0.0, 0.0))
 
@@ -312,6 +365,7 @@ class MavlinkActuator(Actuator):
             "setpoints_sent": self.setpoints_sent,
             "setpoints_withheld": self.setpoints_withheld,
             "holds": self.holds,
+            "braking": self.braking,
             "last_command_ns": self.last_command_ns,
             "last_hold_ns": self.last_hold_ns,
             "statustext": list(self.statustext),

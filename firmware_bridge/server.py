@@ -572,12 +572,15 @@ class BridgeServer:
         except VehicleCommandError as exc:
             raise ProtocolError(ErrorCode.VEHICLE_REFUSED, str(exc)[:300]) from None
         log.info("vehicle command %s %s done", command, args or "")
+        if command == "mode":
+            self.watchdog.expect_command(time.monotonic_ns())
         return ok_reply(MsgType.VEHICLE, seq, command=command, vehicle=self.actuator.vehicle())
 
     def _on_reset(self, message: dict[str, Any], seq: int, recv_ns: int) -> dict[str, Any]:
         counters = self.counters
         previous = counters.episode_summary(recv_ns)
         self.watchdog.reset()
+        self.watchdog.expect_command(recv_ns)
         counters.resets += 1
         counters.episode += 1
         counters.new_episode(recv_ns)

@@ -70,6 +70,14 @@ class RunArgs:
             metavar="ENDPOINT",
         ),
     )
+    fc_signing_key: str | None = field(
+        default=None,
+        metadata=arg(
+            "--sim-only --backend autopilot: the local bridge signs its autopilot link with this MAVLink 2 key file "
+            "(its --fc-signing-key; docs/autopilot.md)",
+            metavar="FILE",
+        ),
+    )
     takeoff_m: float | None = field(
         default=None,
         metadata=arg(

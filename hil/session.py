@@ -47,6 +47,8 @@ class BridgeSession:
         target, curve = self.target, None
         if isinstance(target, LocalBridge):
             actuator = ["--actuator", "mavlink", "--fc", target.fc] if target.fc else ["--actuator", "mock"]
+            if target.fc_signing_key:
+                actuator += ["--fc-signing-key", target.fc_signing_key]
             self.process = BridgeProcess(["--threads", str(target.threads), *actuator])
             if target.device_arch == "aarch64":
                 self.process.args = emulated_bridge_command(self.process.args[1:])

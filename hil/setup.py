@@ -29,6 +29,7 @@ class LocalBridge:
     threads: int  # onnxruntime threads: --threads, else the profile's
     device_arch: str = "native"  # or aarch64: the bridge under qemu emulation
     fc: str | None = None  # --backend autopilot: the bridge's MAVLink link to the autopilot (its --fc)
+    fc_signing_key: str | None = None  # ... signed with this key file (its --fc-signing-key)
 
     @property
     def mode(self) -> str:
@@ -126,7 +127,7 @@ def check_args(args: RunArgs) -> RunSetup:
 
 def _target(args: RunArgs, profile: DeviceProfile) -> BridgeTarget:
     if args.sim_only:
-        return LocalBridge(profile, args.threads or profile.threads, args.device_arch, args.fc)
+        return LocalBridge(profile, args.threads or profile.threads, args.device_arch, args.fc, args.fc_signing_key)
     if args.host is None:
         raise UserError("give --host HOST or --sim-only: where the bridge runs")
     keys = (args.client_key, args.bridge_key) if args.bridge_key and args.client_key else None
@@ -147,7 +148,8 @@ def _check_backend(args: RunArgs) -> None:
         )
     if not backend.flies_real_vehicle:
         given = [flag for flag, value in (("--telemetry", args.telemetry), ("--fc", args.fc),
-                                          ("--takeoff-m", args.takeoff_m)) if value is not None]  # fmt: skip
+                                          ("--fc-signing-key", args.fc_signing_key), ("--takeoff-m", args.takeoff_m))
+                 if value is not None]  # fmt: skip
         if given:
             raise UserError(
                 f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --backend "
@@ -160,6 +162,10 @@ def _check_backend(args: RunArgs) -> None:
         raise UserError("--sim-only --backend autopilot needs --fc ENDPOINT: the local bridge's link to the autopilot")
     if args.host is not None and args.fc is not None:
         raise UserError("--fc applies to --sim-only runs: a device's bridge has its own --fc")
+    if args.host is not None and args.fc_signing_key is not None:
+        raise UserError("--fc-signing-key applies to --sim-only runs: a device's bridge has its own")
+    if args.fc_signing_key is not None and not Path(args.fc_signing_key).is_file():
+        raise UserError(f"--fc-signing-key: {args.fc_signing_key} is not a file")
     if args.sim_only and args.device_arch != "native":
         raise UserError("--backend autopilot runs the local bridge natively (--device-arch native)")
     if args.takeoff_m is not None and not 0.5 <= args.takeoff_m <= 120:

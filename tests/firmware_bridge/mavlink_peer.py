@@ -15,7 +15,8 @@ were seen to behave, docs/autopilot.md):
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
   enums is a protocol error the test sees (``errors``), and so is a frame PX4 drops (it takes LOCAL_NED and
   BODY_NED only).
-- PX4 streams GLOBAL_POSITION_INT (its altitude above sea level) to the companion at 10 Hz. MAV_CMD_SET_MESSAGE_INTERVAL
+- PX4 streams GLOBAL_POSITION_INT (its altitude above sea level, its velocity) to the companion at 10 Hz; armed in
+  OFFBOARD without a setpoint for COM_OF_LOSS_T (1 s) it holds by itself (COM_OBL_RC_ACT 5: LOITER). MAV_CMD_SET_MESSAGE_INTERVAL
   for SYSTEM_TIME (both autopilots honour it per link) streams SYSTEM_TIME, stamped with the boot clock, until a
   reboot.
 - With ``signing_key``: MAVLink 2 signing as ArduPilot and PX4 do it once a key is set up: everything it sends is
@@ -75,6 +76,7 @@ class PeerState:
     heartbeats_from_companion: list[tuple[int, int, int]] = field(default_factory=list)  # (component, type, autopilot)
     commands: list[tuple[int, int]] = field(default_factory=list)  # (command, result)
     modes: list[str] = field(default_factory=list)  # every mode a command set, in order
+    offboard_losses: int = 0  # PX4: OFFBOARD left for Hold by itself (no setpoint for COM_OF_LOSS_T)
     errors: list[str] = field(default_factory=list)
 
 
@@ -212,11 +214,17 @@ class AutopilotPeer:
                     self.link.mav.system_time_send(int(time.time() * 1e6), self._time_boot_ms())
                     next_time = now + period
                 if self.autopilot == "px4" and now >= next_position:
+                    v = self.vehicle
                     self.link.mav.global_position_int_send(
-                        self._time_boot_ms(), 0, 0, int((HOME_AMSL_M - self.vehicle.position[2]) * 1000),
-                        int(-self.vehicle.position[2] * 1000), 0, 0, 0, 0,
+                        self._time_boot_ms(), 0, 0, int((HOME_AMSL_M - v.position[2]) * 1000),
+                        int(-v.position[2] * 1000), *(int(round(100 * x)) for x in v.velocity), 0,
                     )  # fmt: skip
                     next_position = now + 0.1
+            s = self.state
+            if (self.autopilot == "px4" and s.armed and s.mode == "OFFBOARD"
+                    and not (s.setpoints and now - s.setpoints[-1].t <= PX4_OFFBOARD_LOSS_S)):  # fmt: skip
+                s.mode = "LOITER"  # COM_OF_LOSS_T passed: COM_OBL_RC_ACT 5, Hold
+                s.offboard_losses += 1
             msg = self.link.recv_match(blocking=True, timeout=0.02)
             if msg is None or msg.get_type() == "BAD_DATA":
                 if msg is not None:

@@ -42,41 +42,21 @@ import numpy as np  # noqa: E402
 
 from firmware_bridge.client import BridgeClient  # noqa: E402
 from firmware_bridge.launcher import BridgeProcess  # noqa: E402
+from firmware_bridge.mavlink_link import speak_mavlink2  # noqa: E402
 from hil.autopilot import prepare_vehicle  # noqa: E402
+from hil.sitl import LINKS, SIGNED_LINKS, SitlLinks, start_sitl, stop_sitl  # noqa: E402
 from nav_env.autopilot import AutopilotNavEnv  # noqa: E402
 
 POLICY = REPO / "models" / "policy1_int8.onnx"
-LINKS = {  # (the bridge's --fc, the ground station's link, the UDP port that carries the bridge's link)
-    "ardupilot": ("udpin:127.0.0.1:14551", "tcp:127.0.0.1:5762", 14551),
-    "px4": ("udpin:127.0.0.1:14540", "udpin:127.0.0.1:14550", 14540),
-}
 
 
-def start_sitl(autopilot: str, binary: str, params: str | None, work: Path, speedup: float) -> subprocess.Popen:
-    log = open(work / "sitl.log", "wb")  # noqa: SIM115 - closed with the process
-    if autopilot == "ardupilot":
-        cmd = [binary, "--model", "+", "--speedup", str(speedup), "--defaults", str(params), "-I0",
-               "--serial0", "udpclient:127.0.0.1:14551"]  # fmt: skip
-        return subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
-    # PX4: the build's ROMFS (etc/) beside bin/, a fresh working directory (parameters, dataman, logs)
-    etc = Path(binary).resolve().parents[1] / "etc"
-    # COM_OBL_RC_ACT 5: when the companion's setpoints stop (the link cut), PX4 holds; its default (Position mode)
-    # needs a pilot's sticks and without RC descends and lands (docs/autopilot.md)
-    env = {
-        **os.environ,
-        "PX4_SIM_MODEL": "sihsim_quadx",
-        "PX4_SIMULATOR": "sihsim",
-        "PX4_SIM_SPEED_FACTOR": str(speedup),
-        "PX4_PARAM_COM_OBL_RC_ACT": "5",
-    }
-    return subprocess.Popen([binary, "-d", str(etc)], cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
-
-
-def hil_run(autopilot: str, out: Path, episodes: int, seed: int) -> subprocess.Popen:
-    fc, telemetry, _ = LINKS[autopilot]
+def hil_run(
+    autopilot: str, out: Path, episodes: int, seed: int, links: SitlLinks | None = None, extra: tuple[str, ...] = ()
+) -> subprocess.Popen:
+    links = links or LINKS[autopilot]
     cmd = [sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", "--backend", "autopilot",
-           "--level", "easy", "--fc", fc, "--telemetry", telemetry, "--takeoff-m", "5", "--episodes", str(episodes),
-           "--seed", str(seed), "--out", str(out), "--quiet"]  # fmt: skip
+           "--level", "easy", "--fc", links.fc, "--telemetry", links.telemetry, "--takeoff-m", "5",
+           "--episodes", str(episodes), "--seed", str(seed), "--out", str(out), "--quiet", *extra]  # fmt: skip
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -86,8 +66,10 @@ def finish(proc: subprocess.Popen, timeout: float) -> None:
         raise RuntimeError(f"hil.run exited {proc.returncode}: {stderr.strip()[-2000:]}")
 
 
-def episodes_phase(autopilot: str, out: Path, episodes: int) -> dict:
-    finish(hil_run(autopilot, out, episodes, seed=0), timeout=300 + 60 * episodes)
+def episodes_phase(
+    autopilot: str, out: Path, episodes: int, links: SitlLinks | None = None, extra: tuple[str, ...] = ()
+) -> dict:
+    finish(hil_run(autopilot, out, episodes, seed=0, links=links, extra=extra), timeout=300 + 60 * episodes)
     report = json.loads((out / "report.json").read_text())
     run = report["runs"][0]
     outcomes = [e["outcome"] for e in run["episodes"]]
@@ -108,7 +90,7 @@ def episodes_phase(autopilot: str, out: Path, episodes: int) -> dict:
 
 
 def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int = 80) -> dict:
-    fc, telemetry, _ = LINKS[autopilot]
+    fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
     bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
     env = AutopilotNavEnv(level="easy", telemetry=telemetry)
     client = BridgeClient(bridge.endpoint)
@@ -180,7 +162,9 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
         obs, _ = env.reset(seed=1001)  # the host returns: its next act takes the vehicle out of the hold
         for _ in range(15):
             obs, *_ = env.step(client.act(obs).action)
-        out["mode_after_host_returns"] = client.status().actuator["mode"]
+        after_return = client.status().actuator
+        out["mode_after_host_returns"] = after_return["mode"]
+        out["bridge"] = {k: after_return.get(k) for k in ("setpoints_sent", "setpoints_withheld", "holds", "statustext")}
     finally:
         client.close()
         env.close()
@@ -208,7 +192,7 @@ def holding(t, hold_at: float) -> dict:
 
 
 def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
-    _, _, port = LINKS[autopilot]
+    port = LINKS[autopilot].fc_port
     proc = hil_run(autopilot, out, episodes=3, seed=100)
     log = out / "run.jsonl"
     deadline = time.monotonic() + 240
@@ -260,6 +244,85 @@ def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
     }
 
 
+def signing_timestamp() -> int:
+    """MAVLink 2 signing's clock: 10 us units since 2015-01-01 00:00 UTC."""
+    return int((time.time() - 1420070400) * 1e5)
+
+
+def setup_signing(telemetry: str, key: bytes) -> dict:
+    """Give ArduCopter the key over its unsigned first channel (SETUP_SIGNING, as a ground station does), then see
+    that what it sends there is signed."""
+    from pymavlink import mavutil
+
+    speak_mavlink2(mavutil)  # SETUP_SIGNING is a MAVLink 2 message
+    gcs = mavutil.mavlink_connection(telemetry, source_system=255, source_component=190)
+    try:
+        hb = gcs.wait_heartbeat(timeout=60)
+        if hb is None:
+            raise RuntimeError(f"no heartbeat from ArduCopter on {telemetry}")
+        gcs.mav.setup_signing_send(gcs.target_system, gcs.target_component, key, signing_timestamp())
+        deadline, signed, seen = time.monotonic() + 10, 0, 0
+        while time.monotonic() < deadline and signed < 5:
+            m = gcs.recv_match(type="HEARTBEAT", blocking=True, timeout=1)
+            if m is not None and m.get_srcComponent() == 1:
+                seen += 1
+                buf = m.get_msgbuf()  # MAVLink 2's incompat flag 0x01: a signature follows (this link has no key)
+                signed += buf[0] == 0xFD and bool(buf[2] & 0x01)
+        if not signed:
+            raise RuntimeError(f"ArduCopter's heartbeats stayed unsigned after SETUP_SIGNING ({seen} seen)")
+        return {"signed_heartbeats_after_setup": signed}
+    finally:
+        gcs.close()
+
+
+def refused_without_key(fc: str, key_file: Path | None) -> dict:
+    """A bridge without the key (or with another key) asks for GUIDED: what ArduCopter answers, and what the
+    bridge's link counted."""
+    args = ["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]
+    if key_file is not None:
+        args += ["--fc-signing-key", str(key_file)]
+    bridge = BridgeProcess(args).start()
+    client = BridgeClient(bridge.endpoint)
+    try:
+        time.sleep(3.0)  # the link hears (or drops) a few heartbeats
+        try:
+            answer = client.vehicle("mode", mode="GUIDED", timeout_s=8.0)
+            answered = f"accepted: {answer}"
+        except Exception as e:  # noqa: BLE001 - the refusal is what is measured
+            answered = f"{type(e).__name__}: {e}"
+        status = client.status().actuator
+    finally:
+        client.close()
+        bridge.close()
+    return {
+        "answer": answered,
+        "mode": status.get("mode"),
+        "link_ok": status.get("link_ok"),
+        **{k: status.get(k) for k in ("unsigned_rejected", "bad_signatures", "foreign_messages")},
+    }
+
+
+def signed_phase(out: Path, episodes: int) -> dict:
+    """ArduCopter with MAVLink 2 signing: the key set up over its first channel; a bridge without the key and one
+    with another key are not obeyed; the bridge with the key flies the episodes and drops nothing of ArduCopter's."""
+    links = SIGNED_LINKS["ardupilot"]
+    key = os.urandom(32)
+    key_file, wrong_file = out / "fc.key", out / "wrong.key"
+    for path, secret in ((key_file, key), (wrong_file, os.urandom(32))):
+        path.write_text(secret.hex() + "\n")
+        path.chmod(0o600)  # the bridge refuses a key file others can read
+    seen: dict = {"setup": setup_signing(links.telemetry, key)}
+    seen["unsigned_bridge"] = refused_without_key(links.fc, None)
+    seen["wrong_key_bridge"] = refused_without_key(links.fc, wrong_file)
+    seen["episodes"] = episodes_phase(
+        "ardupilot", out / "episodes", episodes, links, ("--fc-signing-key", str(key_file))
+    )
+    report = json.loads((out / "episodes" / "report.json").read_text())
+    actuator = report["vehicle"]["bridge_actuator"]
+    seen["signed_bridge"] = {k: actuator.get(k) for k in ("signed", "unsigned_rejected", "bad_signatures")}
+    return seen
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--autopilot", choices=("ardupilot", "px4"), required=True)
@@ -268,16 +331,21 @@ def main() -> int:
     p.add_argument("--episodes", type=int, default=3)
     p.add_argument("--speedup", type=float, default=1.0)
     p.add_argument("--out", required=True)
-    p.add_argument("--phases", default="episodes,failsafe,cut")
+    p.add_argument("--phases", default="episodes,failsafe,cut", help="or signed (ArduCopter: alone)")
     a = p.parse_args()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"airq-{a.autopilot}-"))
-    sitl = start_sitl(a.autopilot, a.binary, a.params, work, a.speedup)
+    phases = a.phases.split(",")
+    signed = "signed" in phases
+    if signed and (phases != ["signed"] or a.autopilot != "ardupilot"):
+        p.error("--phases signed runs alone, on ArduCopter")
+    sitl = start_sitl(a.autopilot, a.binary, a.params, work, a.speedup, signed=signed)
     seen: dict = {"autopilot": a.autopilot}
     try:
-        phases = a.phases.split(",")
+        if signed:
+            seen["signed"] = signed_phase(out, a.episodes)
         if "episodes" in phases:
             seen["episodes"] = episodes_phase(a.autopilot, out / "episodes", a.episodes)
         if "failsafe" in phases:
@@ -287,11 +355,7 @@ def main() -> int:
     except Exception as e:  # what was measured before it is still printed
         seen["error"] = f"{type(e).__name__}: {e}"
     finally:
-        sitl.terminate()
-        try:
-            sitl.wait(10)
-        except subprocess.TimeoutExpired:
-            sitl.kill()
+        stop_sitl(sitl)
         shutil.copy(work / "sitl.log", out / "sitl.log")
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(seen))

@@ -4,6 +4,7 @@ the autopilot's own hold mode, a pilot's mode never overridden, a lost link repo
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 
@@ -103,6 +104,15 @@ def test_px4_refuses_offboard_without_a_setpoint_stream_and_the_actuator_primes_
         peer.close()
 
 
+def hold_until_held(actuator: MavlinkActuator) -> None:
+    """The watchdog's hold, and the bridge loop's ticks while it brakes (PX4: in OFFBOARD, then Hold)."""
+    actuator.hold(time.monotonic_ns())
+    end = time.monotonic() + 5.0
+    while actuator.braking and time.monotonic() < end:
+        actuator.tick(time.monotonic_ns())
+        time.sleep(0.01)
+
+
 def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pair):
     peer, actuator = pair
     actuator.wait_heartbeat(5)
@@ -112,7 +122,7 @@ def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pa
     actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
     until(lambda: len(peer.state.setpoints) > 0 and peer.state.setpoints[-1].velocity[0] == 1.0)
     n = len(peer.state.setpoints)
-    actuator.hold(time.monotonic_ns())
+    hold_until_held(actuator)
     until(lambda: peer.state.mode == hold)
     assert peer.state.setpoints[n].velocity == (0.0, 0.0, 0.0)  # a zero setpoint first, then the hold mode
     until(lambda: actuator.state.mode == hold)
@@ -121,7 +131,7 @@ def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pa
     until(lambda: actuator.state.mode == fly)
     # the race of a 1 Hz heartbeat: a hold, and acts again before any heartbeat showed the hold (held back here)
     peer.silent.set()
-    actuator.hold(time.monotonic_ns())
+    hold_until_held(actuator)
     until(lambda: peer.state.mode == hold)
     assert actuator.state.mode == fly  # not heard
     actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
@@ -183,6 +193,8 @@ def test_a_reboot_refuses_acts_until_the_host_arms_again(autopilot):
         actuator.set_mode(fly)  # a mode alone is not enough
         assert actuator.link_error() is not None
         actuator.arm()
+        if autopilot == "px4":  # armed in OFFBOARD a second after its last setpoint, PX4 held by itself
+            actuator.set_mode(fly)
         assert actuator.link_error() is None and actuator.vehicle()["control"] == "bridge"
     finally:
         actuator.close()
@@ -278,3 +290,91 @@ def test_the_boot_service_passes_the_flight_controller_and_opens_its_serial_port
     assert "--actuator mavlink" in unit and "--fc serial:/dev/serial0:921600" in unit
     assert "--fc-signing-key /etc/airq/fc.key" in unit
     assert "SupplementaryGroups=dialout" in unit and "PrivateDevices=yes" not in unit
+
+
+def test_px4_the_hold_brakes_in_offboard_then_enters_hold():
+    """PX4's Hold entered at speed re-plans from the vehicle's acceleration (jerk-limited) and speeds up first: the
+    hold brakes in OFFBOARD with zero setpoints at 20 Hz until GLOBAL_POSITION_INT says the vehicle is slow, then
+    asks for Hold; an act while braking flies on in OFFBOARD. ArduCopter's hold is BRAKE at once."""
+    port = free_udp_port()
+    peer = AutopilotPeer("px4", port, gcs_port=free_udp_port())  # the gcs port runs the peer's vehicle
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=3.0)
+    try:
+        actuator.wait_heartbeat(5)
+        actuator.arm()
+        actuator.set_mode("OFFBOARD")
+        for _ in range(15):  # 1.5 s at 2 m/s forward
+            actuator.command((2.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+            time.sleep(0.1)
+        until(lambda: actuator.ground_speed is not None and actuator.ground_speed[0] > 1.5)
+        # an act while braking: no Hold, the act flies on in OFFBOARD
+        actuator.hold(time.monotonic_ns())
+        actuator.tick(time.monotonic_ns())
+        actuator.command((2.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+        assert not actuator.braking
+        for _ in range(3):
+            actuator.tick(time.monotonic_ns())
+            time.sleep(0.1)
+        assert peer.state.modes == ["OFFBOARD"] and peer.state.mode == "OFFBOARD"
+        n = len(peer.state.setpoints)
+        actuator.hold(time.monotonic_ns())
+        assert actuator.braking and actuator.stats()["braking"] and actuator.vehicle()["control"] == "bridge"
+        while actuator.braking:
+            actuator.tick(time.monotonic_ns())
+            time.sleep(0.01)
+        braking = peer.state.setpoints[n:]
+        assert len(braking) >= 5 and all(sp.velocity == (0.0, 0.0, 0.0) for sp in braking)
+        assert max(b.t - a.t for a, b in zip(braking, braking[1:])) < 0.15  # a stream, well above PX4's 2 Hz
+        until(lambda: peer.state.mode == "LOITER")
+        assert peer.state.offboard_losses == 0 and peer.state.modes == ["OFFBOARD", "LOITER"]  # the bridge's Hold
+        assert math.hypot(*peer.vehicle.velocity[:2]) < 0.5
+        assert actuator.vehicle()["control"] == "bridge"  # its own hold: the next act takes the vehicle back
+    finally:
+        actuator.close()
+        peer.close()
+    assert peer.state.errors == []
+
+
+@pytest.mark.parametrize("autopilot", ["ardupilot", "px4"])
+def test_a_mode_change_or_a_reset_with_no_act_after_it_ends_in_the_bridges_own_hold(
+    start_bridge, discrete_model_file, autopilot
+):
+    """After the bridge switches an armed vehicle to its fly mode, or resets an episode there, and no act follows,
+    the watchdog holds as after an act: before PX4's own offboard-loss Hold (COM_OF_LOSS_T), which the bridge could
+    not tell from a pilot's switch, so the next act takes the vehicle back instead of being withheld."""
+    from firmware_bridge.client import BridgeClient
+
+    port = free_udp_port()
+    peer = AutopilotPeer(autopilot, port, gcs_port=free_udp_port())
+    fly, hold = FLY_MODE[autopilot], ("BRAKE" if autopilot == "ardupilot" else "LOITER")
+    try:
+        bridge = start_bridge(
+            "--policy", str(discrete_model_file), "--actuator", "mavlink", "--fc", f"udpout:127.0.0.1:{port}"
+        )
+        client = BridgeClient(bridge.endpoint)
+        try:
+            until(lambda: client.status().actuator.get("autopilot") == autopilot, timeout=10)
+            if autopilot == "ardupilot":
+                client.vehicle("mode", mode=fly)
+                client.vehicle("arm")
+                time.sleep(0.5)
+                assert peer.state.mode == fly  # disarmed when GUIDED was set: no hold before the take-off
+                client.vehicle("mode", mode=fly)  # armed now
+            else:
+                client.vehicle("arm")
+                client.vehicle("mode", mode=fly)
+            for _ in range(2):  # after the mode change, then after a reset
+                until(lambda: peer.state.mode == hold, timeout=3)
+                assert peer.state.offboard_losses == 0
+                result = client.act(np.zeros(1032, np.float32))
+                assert result.vehicle["control"] == "bridge"
+                until(lambda: peer.state.mode == fly, timeout=3)  # the act took it back
+                for _ in range(3):
+                    client.act(np.zeros(1032, np.float32))
+                client.reset()
+            assert client.status().actuator["setpoints_withheld"] == 0
+        finally:
+            client.close()
+    finally:
+        peer.close()
+    assert peer.state.errors == []

@@ -99,3 +99,32 @@ def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_p
     # then the next act (every 0.1 s)
     assert 2.0 - 0.1 <= cut["first_refusal_after_cut_s"] <= 3.0 + 1.0 + 0.1 + 0.3
     assert cut["refusal_detail"].startswith("autopilot link lost: no heartbeat on udpin:")
+
+
+def test_a_signed_link_flies_arducopter_and_nothing_unsigned_is_obeyed(tmp_path):
+    """MAVLink 2 signing against ArduCopter SITL (the key set up over its first channel, which ArduPilot leaves
+    unsigned; the bridge on the second, where ArduPilot requires signatures): a bridge without the key, or with
+    another, is not obeyed; the bridge with it flies and drops none of ArduCopter's messages."""
+    args = sitl_args("ardupilot")
+    done = subprocess.run(
+        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", "ardupilot", *args, "--phases", "signed",
+         "--episodes", "3", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    seen = json.loads(lines[-1])
+    assert done.returncode == 0 and "error" not in seen, (seen.get("error"), done.stderr[-3000:])
+    signed = seen["signed"]
+    assert signed["setup"]["signed_heartbeats_after_setup"] >= 1
+    for stranger in ("unsigned_bridge", "wrong_key_bridge"):
+        # ArduCopter drops the stranger's mode request: no answer, the mode unchanged
+        assert not signed[stranger]["answer"].startswith("accepted"), signed[stranger]
+        assert signed[stranger]["mode"] != FLY_MODE["ardupilot"]
+    # the bridge with another key drops everything ArduCopter signs: no link, every message counted
+    assert signed["wrong_key_bridge"]["bad_signatures"] > 0 and signed["wrong_key_bridge"]["link_ok"] is False
+    episodes = signed["episodes"]
+    assert episodes["episodes"] == 3 and episodes["successes"] >= 1 and episodes["vehicle"]["preflight"][0]["took_off"]
+    # every message ArduCopter signs verifies; what arrives unsigned is the ground station's, which ArduCopter routes
+    # to the bridge's channel as it came (about one heartbeat a second), dropped and counted
+    assert signed["signed_bridge"]["signed"] is True and signed["signed_bridge"]["bad_signatures"] == 0
