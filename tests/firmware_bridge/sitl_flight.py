@@ -164,7 +164,9 @@ def failsafe_phase(autopilot: str, stop_speed_mps: float = 1.5, max_steps: int =
             obs, *_ = env.step(client.act(obs).action)
         after_return = client.status().actuator
         out["mode_after_host_returns"] = after_return["mode"]
-        out["bridge"] = {k: after_return.get(k) for k in ("setpoints_sent", "setpoints_withheld", "holds", "statustext")}
+        out["bridge"] = {
+            k: after_return.get(k) for k in ("setpoints_sent", "setpoints_withheld", "holds", "statustext")
+        }
     finally:
         client.close()
         env.close()
