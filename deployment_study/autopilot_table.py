@@ -128,7 +128,11 @@ def fly(a: Args, vehicle: str) -> dict[str, Any]:
     else:
         work = Path(tempfile.mkdtemp(prefix=f"airq-{vehicle}-"))
         binary, params = (a.ardupilot, a.ardupilot_params) if vehicle == "ardupilot" else (a.px4, None)
-        sitl = start_sitl(vehicle, binary, params, work, a.speedup)
+        try:
+            sitl = start_sitl(vehicle, binary, params, work, a.speedup)
+        except ValueError as e:
+            shutil.rmtree(work, ignore_errors=True)
+            raise UserError(f"{NAMES[vehicle]}: {e}") from None
         try:
             hil_run(a, vehicle, out)
         finally:

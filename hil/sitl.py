@@ -58,6 +58,29 @@ def check_binary(autopilot: str, binary: str | Path, params: str | Path | None) 
         raise ValueError(f"{binary} has no etc/ beside its bin/ (a PX4 build tree's px4)")
 
 
+PX4_LOCK = Path("/tmp/px4_lock-0")  # PX4 keeps its instance lock and command socket in /tmp, whatever the namespace
+
+
+def px4_running() -> bool:
+    """Whether a PX4 SITL server (instance 0) runs on this machine: it holds a POSIX lock on /tmp/px4_lock-0, and a
+    second px4 started beside it is refused (or, as a client, talks to it)."""
+    import fcntl
+
+    try:
+        fd = os.open(PX4_LOCK, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def start_sitl(
     autopilot: str, binary: str | Path, params: str | Path | None, work: Path, speedup: float = 1.0,
     extra_env: dict[str, str] | None = None, signed: bool = False,
@@ -67,6 +90,9 @@ def start_sitl(
     check_binary(autopilot, binary, params)
     if signed and autopilot not in SIGNED_LINKS:
         raise ValueError(f"no signed link layout for {autopilot}")
+    if autopilot == "px4" and px4_running():
+        raise ValueError(f"another PX4 SITL runs on this machine (it holds {PX4_LOCK}, in every network namespace): "
+                         "stop it first")  # fmt: skip
     log = open(work / "sitl.log", "ab")  # noqa: SIM115 - closed with the process
     if autopilot == "ardupilot":
         serials = ["--serial0", "tcp:0", "--serial1", "udpclient:127.0.0.1:14551"] if signed else [

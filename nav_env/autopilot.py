@@ -172,6 +172,15 @@ class Telemetry:
         with self.new_pose:
             ok = self.new_pose.wait_for(lambda: self.pose is not None and self.pose.time_ms >= time_ms, timeout_s)
             if not ok:
+                last_pose = self.poses[-1][0] if self.poses else None
+                heard = self.state.last_heartbeat_s
+                # a heartbeat a second or more after the last pose: the link lives, the autopilot has no position
+                if last_pose is not None and heard is not None and heard >= last_pose + 1.0:
+                    raise AutopilotLinkError(
+                        f"no LOCAL_POSITION_NED from the autopilot on {self.endpoint} for {timeout_s:g} s while its "
+                        f"heartbeat goes on (mode {self.state.mode}): it has lost its position estimate (GPS, EKF)"
+                        + (f"; it said: {self.statustext[-1]}" if self.statustext else "")
+                    )
                 raise AutopilotLinkError(f"no LOCAL_POSITION_NED from the autopilot on {self.endpoint} for "
                                          f"{timeout_s:g} s: its telemetry link is lost")  # fmt: skip
             assert self.pose is not None

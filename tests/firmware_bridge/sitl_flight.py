@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
-from firmware_bridge.client import BridgeClient  # noqa: E402
+from firmware_bridge.client import BridgeClient, BridgeRefused  # noqa: E402
 from firmware_bridge.launcher import BridgeProcess  # noqa: E402
 from firmware_bridge.mavlink_link import speak_mavlink2  # noqa: E402
 from hil.autopilot import prepare_vehicle  # noqa: E402
@@ -193,29 +193,41 @@ def holding(t, hold_at: float) -> dict:
     }
 
 
-def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
-    port = LINKS[autopilot].fc_port
-    proc = hil_run(autopilot, out, episodes=3, seed=100)
-    log = out / "run.jsonl"
-    deadline = time.monotonic() + 240
-    # the cut starts half a second into the second episode, so the host is acting all through it: the bridge's
-    # status (its endpoint from the run log) counts the episodes the host opened
+def bridge_endpoint(log: Path) -> str | None:
+    """The local bridge's endpoint, from hil.run's run log."""
+    if not log.exists():
+        return None
+    started = [json.loads(x) for x in log.read_text().splitlines() if '"bridge_started"' in x]
+    return started[0]["endpoint"] if started else None
+
+
+def wait_for_episode(proc: subprocess.Popen, log: Path, episode: int, timeout_s: float = 300) -> str:
+    """Wait until hil.run has opened its ``episode``-th episode (the bridge's status counts the resets); the
+    bridge's endpoint."""
+    deadline = time.monotonic() + timeout_s
     endpoint, probe = None, None
     try:
         while True:
             if proc.poll() is not None or time.monotonic() > deadline:
                 finish(proc, 10)
-                raise RuntimeError("hil.run ended before its second episode")
-            if endpoint is None and log.exists():
-                started = [json.loads(x) for x in log.read_text().splitlines() if '"bridge_started"' in x]
-                endpoint = started[0]["endpoint"] if started else None
+                raise RuntimeError(f"hil.run ended before its episode {episode}")
+            if probe is None:
+                endpoint = bridge_endpoint(log)
                 probe = BridgeClient(endpoint) if endpoint else None
-            if probe is not None and probe.status().counters["resets"] >= 2:
-                break
+            if probe is not None and probe.status().counters["resets"] >= episode:
+                return str(endpoint)
             time.sleep(0.05)
     finally:
         if probe is not None:
             probe.close()
+
+
+def link_cut_phase(autopilot: str, out: Path, cut_s: float = 6.0) -> dict:
+    port = LINKS[autopilot].fc_port
+    proc = hil_run(autopilot, out, episodes=3, seed=100)
+    log = out / "run.jsonl"
+    # the cut starts half a second into the second episode, so the host is acting all through it
+    wait_for_episode(proc, log, 2)
     time.sleep(0.5)
     rules = (
         "table inet airq_cut {\n chain out {\n  type filter hook output priority 0;\n"
@@ -325,6 +337,368 @@ def signed_phase(out: Path, episodes: int) -> dict:
     return seen
 
 
+class Relay:
+    """A UDP relay between the autopilot and the bridge that delays each datagram by a uniform 0..``jitter_s``
+    (so they also arrive out of order): it listens where the autopilot sends (``port``), forwards to the bridge on
+    ``port + 1``, and sends the bridge's datagrams back to where the autopilot's came from."""
+
+    def __init__(self, port: int, jitter_s: float, seed: int = 0) -> None:
+        import heapq
+        import random
+        import socket
+        import threading
+
+        self._heapq, self._rng, self.jitter_s = heapq, random.Random(seed), jitter_s
+        self.autopilot_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.autopilot_side.bind(("127.0.0.1", port))
+        self.bridge_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.bridge_side.bind(("127.0.0.1", 0))
+        self.bridge = ("127.0.0.1", port + 1)
+        self.autopilot: tuple[str, int] | None = None
+        self.queue: list[tuple[float, int, object, bytes, tuple[str, int]]] = []
+        self.lock = threading.Lock()
+        self.forwarded = {"to_bridge": 0, "to_autopilot": 0}
+        self._stop = threading.Event()
+        self._n = 0
+        self.threads = [threading.Thread(target=self._receive, args=(sock,), daemon=True)
+                        for sock in (self.autopilot_side, self.bridge_side)]  # fmt: skip
+        self.threads.append(threading.Thread(target=self._send, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def _receive(self, sock) -> None:
+        sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                data, addr = sock.recvfrom(65535)
+            except OSError:
+                continue
+            if sock is self.autopilot_side:
+                self.autopilot = addr
+                out, to, key = self.bridge_side, self.bridge, "to_bridge"
+            elif self.autopilot is not None:
+                out, to, key = self.autopilot_side, self.autopilot, "to_autopilot"
+            else:
+                continue
+            with self.lock:
+                self._n += 1
+                self._heapq.heappush(self.queue, (time.monotonic() + self._rng.uniform(0, self.jitter_s), self._n,
+                                                  out, data, to))  # fmt: skip
+                self.forwarded[key] += 1
+
+    def _send(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self.lock:
+                due = []
+                while self.queue and self.queue[0][0] <= now:
+                    due.append(self._heapq.heappop(self.queue))
+            for _, _, sock, data, to in due:
+                try:
+                    sock.sendto(data, to)
+                except OSError:
+                    pass
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self.threads:
+            t.join(1)
+        self.autopilot_side.close()
+        self.bridge_side.close()
+
+
+class Sitl:
+    """The SITL process, which the faults phase kills and starts again in the same working directory (its
+    parameters and, on ArduCopter, its EEPROM stay: a reboot, not a new vehicle)."""
+
+    def __init__(self, autopilot: str, binary: str, params: str | None, work: Path, speedup: float,
+                 signed: bool = False) -> None:  # fmt: skip
+        self.args = (autopilot, binary, params, work, speedup)
+        self.signed = signed
+        self.proc = start_sitl(*self.args, signed=signed)
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL: a crash, nothing flushed
+        self.proc.wait()
+
+    def start(self) -> None:
+        self.proc = start_sitl(*self.args, signed=self.signed)
+
+    def stop(self) -> None:
+        stop_sitl(self.proc)
+
+
+def run_log(out: Path) -> tuple[list[dict], int]:
+    """run.jsonl's records and how many of its lines do not parse (must be none)."""
+    records, bad = [], 0
+    for line in (out / "run.jsonl").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            bad += 1
+    return records, bad
+
+
+def run_summary(out: Path, episodes: int) -> dict:
+    report = json.loads((out / "report.json").read_text())
+    run = report["runs"][0]
+    records, bad = run_log(out)
+    return {
+        "outcomes": [e["outcome"] for e in run["episodes"]],
+        "episodes_recorded": len(run["episodes"]),
+        "episodes_asked": episodes,
+        "vehicle_link_errors": run["reliability"]["vehicle_link_errors"],
+        "pilot_acts": run["reliability"]["pilot_acts"],
+        "deadline_misses": run["deadline_misses"],
+        "acts": run["acts"],
+        "actuation_hz": round(run["actuation_hz"], 2),
+        "events": sorted({r["event"] for r in records if "event" in r}),
+        "run_log_lines": len(records),
+        "run_log_bad_lines": bad,
+        "bridge_actuator": {
+            k: report["vehicle"]["bridge_actuator"].get(k)
+            for k in (
+                "setpoints_sent",
+                "setpoints_withheld",
+                "holds",
+                "reboots",
+                "rebooted",
+                "mode",
+                "armed",
+                "link_ok",
+            )
+        },  # fmt: skip
+    }
+
+
+def lossy_fault(autopilot: str, out: Path, loss_pct: int = 20, jitter_s: float = 0.2, episodes: int = 3) -> dict:
+    """The bridge-autopilot link loses ``loss_pct`` % of its datagrams each way (nftables) and delays each by up to
+    ``jitter_s`` (a relay): hil.run flies on."""
+    port = LINKS[autopilot].fc_port
+    relay = Relay(port, jitter_s)
+    rules = (
+        "table inet airq_loss {\n chain out {\n  type filter hook output priority 0;\n"
+        f"  udp dport {port} numgen random mod 100 < {loss_pct} drop\n"
+        f"  udp sport {port} numgen random mod 100 < {loss_pct} drop\n }}\n}}\n"
+    )
+    links = SitlLinks(f"udpin:127.0.0.1:{port + 1}", LINKS[autopilot].telemetry, port)
+    subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True)
+    try:
+        finish(hil_run(autopilot, out, episodes, seed=300, links=links), timeout=600)
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", "airq_loss"], check=False)
+        relay.close()
+    return {"loss_pct": loss_pct, "jitter_s": jitter_s, "relay": relay.forwarded, **run_summary(out, episodes)}
+
+
+def restart_fault(autopilot: str, sitl: Sitl, out: Path, episodes: int = 3, down_s: float = 2.0) -> dict:
+    """The autopilot process killed (SIGKILL) in flight and started again ``down_s`` later, twice:
+
+    1. under ``hil.run``: the host's telemetry stops, hil.run ends with its one-line error and exit 1, run.jsonl
+       keeps the finished episodes, and ``hil.run --resume`` (after the restart) arms, takes off and flies the rest;
+    2. under a bridge that keeps running (a host acting at 10 Hz on the last observation): acts are refused
+       VEHICLE_LINK once the heartbeat is 3 s old, then, the autopilot back, because it rebooted, until the host arms
+       the vehicle again through the bridge's ``vehicle`` requests; then its setpoints go out again."""
+    proc = hil_run(autopilot, out, episodes, seed=200)
+    try:
+        wait_for_episode(proc, out / "run.jsonl", 2)
+        time.sleep(1.0)
+        sitl.kill()
+        killed_at = time.monotonic()
+        time.sleep(down_s)
+        sitl.start()
+        _, stderr = proc.communicate(timeout=120)
+        ended_at = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    records, bad = run_log(out)
+    seen: dict = {
+        "hil_run_exit": proc.returncode,
+        "hil_run_error": next((x for x in stderr.splitlines() if x.startswith("error:")), None),
+        "hil_run_ended_after_kill_s": round(ended_at - killed_at, 2),
+        "episodes_kept": sum(r.get("kind") == "episode" for r in records),
+        "run_log_bad_lines": bad,
+    }
+    resumed = subprocess.run([sys.executable, "-m", "hil.run", "--resume", str(out), "--quiet"], cwd=REPO,
+                             capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
+    seen["resume_exit"] = resumed.returncode
+    seen["resumed"] = run_summary(out, episodes) if resumed.returncode == 0 else resumed.stderr.strip()[-500:]
+    seen["bridge"] = bridge_through_restart(autopilot, sitl, down_s)
+    return seen
+
+
+def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
+    """A running bridge while the autopilot process is killed and started again (restart_fault's second part)."""
+    fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
+    bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
+    env = AutopilotNavEnv(level="easy", telemetry=telemetry)
+    client = BridgeClient(bridge.endpoint)
+    seen: dict = {}
+    try:
+        prepare_vehicle(client, env, 5.0, 180.0)
+        obs, _ = env.reset(seed=220)
+        for _ in range(10):
+            obs, *_ = env.step(client.act(obs).action)
+        env.close()  # its link dies with the autopilot (ArduCopter's TCP); the host acts on the last observation
+        sent_before = client.status().actuator["setpoints_sent"]
+        sitl.kill()
+        killed_at = time.monotonic()
+        restarted_at = None
+        refusals: list[tuple[float, str]] = []
+        while time.monotonic() < killed_at + 90:
+            now = time.monotonic()
+            if restarted_at is None and now >= killed_at + down_s:
+                sitl.start()
+                restarted_at = time.monotonic()
+            try:
+                client.act(obs)
+                if "armed_again_s" in seen:
+                    break  # accepted again once the host armed the vehicle again (below)
+                if not refusals:
+                    seen["acts_accepted_before_link_lost"] = seen.get("acts_accepted_before_link_lost", 0) + 1
+            except BridgeRefused as e:
+                kind = "rebooted" if "rebooted" in e.detail else "link lost" if "link lost" in e.detail else e.detail
+                if not refusals or refusals[-1][1] != kind:
+                    refusals.append((round(now - killed_at, 2), kind))
+                if kind == "rebooted" and "armed_again_s" not in seen:
+                    seen["sent_while_refused"] = client.status().actuator["setpoints_sent"] - sent_before
+                    status = client.status().actuator
+                    seen["after_reboot"] = {k: status.get(k) for k in ("reboots", "rebooted", "armed", "mode")}
+                    # the host arms again: the vehicle is on the ground, disarmed, in its boot mode
+                    env = AutopilotNavEnv(level="easy", telemetry=telemetry)
+                    preflight = prepare_vehicle(client, env, 5.0, 180.0)
+                    seen["armed_again_s"] = round(time.monotonic() - killed_at, 2)
+                    seen["preflight_again"] = preflight.to_json()
+                    obs, _ = env.reset(seed=221)
+            time.sleep(0.1)
+        seen["refusals"] = refusals  # (seconds after the kill, why) for each change of reason
+        seen["restarted_after_kill_s"] = None if restarted_at is None else round(restarted_at - killed_at, 2)
+        result = client.act(obs)
+        seen["act_after_rearm"] = {
+            "control": (result.vehicle or {}).get("control"),
+            "mode": (result.vehicle or {}).get("mode"),
+        }
+    finally:
+        client.close()
+        env.close()
+        bridge.close()
+    return seen
+
+
+def set_gps(autopilot: str, on: bool) -> str:
+    """The autopilot's own simulated GPS switched off or on, from a second ground-station link: ArduCopter SITL's
+    SIM_GPS1_ENABLE (SERIAL2, TCP 5763); PX4 SITL's sensor_gps_sim SIM_GPS_USED (satellites; under 4, no fix), sent to
+    its payload MAVLink instance (UDP 14280), so the host's link keeps its partner."""
+    import struct
+
+    from pymavlink import mavutil
+
+    if autopilot == "ardupilot":
+        link = mavutil.mavlink_connection("tcp:127.0.0.1:5763", source_system=254, source_component=190)
+        link.wait_heartbeat(timeout=10)
+        name, value, kind = "SIM_GPS1_ENABLE", float(on), mavutil.mavlink.MAV_PARAM_TYPE_REAL32
+    else:
+        link = mavutil.mavlink_connection("udpout:127.0.0.1:14280", source_system=254, source_component=190)
+        link.mav.heartbeat_send(mavutil.mavlink.MAV_TYPE_GCS, mavutil.mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0)
+        satellites = 10 if on else 0
+        name, kind = "SIM_GPS_USED", mavutil.mavlink.MAV_PARAM_TYPE_INT32
+        value = struct.unpack("<f", struct.pack("<i", satellites))[0]  # PX4 takes integer parameters bytewise
+    try:
+        for _ in range(3):
+            link.mav.param_set_send(1, 1, name.encode(), value, kind)
+            ack = link.recv_match(type="PARAM_VALUE", blocking=True, timeout=2)
+            if ack is not None and ack.param_id == name:
+                return f"{name} set ({'on' if on else 'off'})"
+        return f"{name}: no PARAM_VALUE came back"
+    finally:
+        link.close()
+
+
+def gps_fault(autopilot: str, out: Path, episodes: int = 3, watch_s: float = 30.0) -> dict:
+    """GPS lost in flight, twice:
+
+    1. under a bridge that keeps running (a host acting at 10 Hz on the last observation): the autopilot's own
+       failsafe takes the vehicle (a mode the bridge did not set): acts are answered ``control: pilot`` and nothing is
+       sent; GPS comes back afterwards;
+    2. under ``hil.run``: the host's telemetry has no position any more; hil.run ends with its one-line error (the
+       position estimate lost, the link alive) and exit 1, run.jsonl keeping the finished episodes."""
+    fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
+    bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
+    env = AutopilotNavEnv(level="easy", telemetry=telemetry)
+    client = BridgeClient(bridge.endpoint)
+    seen: dict = {}
+    try:
+        prepare_vehicle(client, env, 5.0, 180.0)
+        obs, _ = env.reset(seed=410)
+        for _ in range(10):
+            obs, *_ = env.step(client.act(obs).action)
+        seen["injected"] = set_gps(autopilot, on=False)
+        at = time.monotonic()
+        replies: list[tuple[float, str | None, str | None]] = []  # (s after the loss, mode, control) on change
+        sent_at_pilot = None
+        while time.monotonic() < at + watch_s:
+            try:
+                v = client.act(obs).vehicle or {}
+                now = (v.get("mode"), v.get("control"))
+            except BridgeRefused as e:
+                now = (None, f"refused: {e.code.name}")
+            if not replies or replies[-1][1:] != now:
+                replies.append((round(time.monotonic() - at, 2), *now))
+            if now[1] == "pilot" and sent_at_pilot is None:
+                sent_at_pilot = client.status().actuator["setpoints_sent"]
+            time.sleep(0.1)
+        status = client.status().actuator
+        seen["bridge"] = {
+            "replies": replies,
+            "setpoints_sent_after_pilot_mode": None
+            if sent_at_pilot is None
+            else status["setpoints_sent"] - sent_at_pilot,
+            "setpoints_withheld": status["setpoints_withheld"],
+        }
+        seen["restored"] = set_gps(autopilot, on=True)
+    finally:
+        client.close()
+        env.close()
+        bridge.close()
+    proc = hil_run(autopilot, out, episodes, seed=400)
+    try:
+        wait_for_episode(proc, out / "run.jsonl", 2, timeout_s=600)
+        time.sleep(1.0)
+        set_gps(autopilot, on=False)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        set_gps(autopilot, on=True)
+    records, bad = run_log(out)
+    seen["hil_run"] = {
+        "exit": proc.returncode,
+        "error": next((x for x in stderr.splitlines() if x.startswith("error:")), None),
+        "episodes_kept": sum(r.get("kind") == "episode" for r in records),
+        "run_log_bad_lines": bad,
+    }
+    return seen
+
+
+FAULTS = ("lossy", "restart", "gps")  # in this order: GPS stays lost until the autopilot restarts
+
+
+def faults_phase(autopilot: str, sitl: Sitl, out: Path, which: tuple[str, ...] = FAULTS) -> dict:
+    seen: dict = {}
+    for name, fault in (("lossy", lambda: lossy_fault(autopilot, out / "lossy")),
+                        ("restart", lambda: restart_fault(autopilot, sitl, out / "restart")),
+                        ("gps", lambda: gps_fault(autopilot, out / "gps"))):  # fmt: skip
+        if name not in which:
+            continue
+        try:
+            seen[name] = fault()
+        except Exception as e:  # noqa: BLE001 - what the others measured is still reported
+            seen[name] = {"error": f"{type(e).__name__}: {e}"}
+    return seen
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--autopilot", choices=("ardupilot", "px4"), required=True)
@@ -333,7 +707,8 @@ def main() -> int:
     p.add_argument("--episodes", type=int, default=3)
     p.add_argument("--speedup", type=float, default=1.0)
     p.add_argument("--out", required=True)
-    p.add_argument("--phases", default="episodes,failsafe,cut", help="or signed (ArduCopter: alone)")
+    p.add_argument("--faults", default=",".join(FAULTS), help="the faults phase's faults")
+    p.add_argument("--phases", default="episodes,failsafe,cut", help="also faults; or signed (ArduCopter: alone)")
     a = p.parse_args()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     out = Path(a.out)
@@ -343,9 +718,11 @@ def main() -> int:
     signed = "signed" in phases
     if signed and (phases != ["signed"] or a.autopilot != "ardupilot"):
         p.error("--phases signed runs alone, on ArduCopter")
-    sitl = start_sitl(a.autopilot, a.binary, a.params, work, a.speedup, signed=signed)
+    sitl = Sitl(a.autopilot, a.binary, a.params, work, a.speedup, signed=signed)
     seen: dict = {"autopilot": a.autopilot}
     try:
+        if "faults" in phases:
+            seen["faults"] = faults_phase(a.autopilot, sitl, out, tuple(a.faults.split(",")))
         if signed:
             seen["signed"] = signed_phase(out, a.episodes)
         if "episodes" in phases:
@@ -357,7 +734,7 @@ def main() -> int:
     except Exception as e:  # what was measured before it is still printed
         seen["error"] = f"{type(e).__name__}: {e}"
     finally:
-        stop_sitl(sitl)
+        sitl.stop()
         shutil.copy(work / "sitl.log", out / "sitl.log")
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(seen))

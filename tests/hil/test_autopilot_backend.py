@@ -146,3 +146,19 @@ def test_hil_run_autopilot_arguments_are_checked():
             args,
             done.stderr,
         )
+
+
+def test_a_vehicle_without_a_position_is_told_from_a_lost_link(peer):
+    """The autopilot stops LOCAL_POSITION_NED (its GPS or EKF lost) while its heartbeat goes on: the error says so,
+    not that the link is lost."""
+    env = AutopilotNavEnv(level="easy", telemetry=f"udpout:127.0.0.1:{peer.gcs_port}", connect_timeout_s=10,
+                          link_timeout_s=2.5)  # fmt: skip
+    try:
+        env.reset(seed=0)
+        peer.intervals.pop(32)  # LOCAL_POSITION_NED no more (and not asked again within the error's 2.5 s)
+        with pytest.raises(
+            AutopilotLinkError, match=r"for 2.5 s while its heartbeat goes on \(mode \w+\): it has lost"
+        ):
+            env.step(0)
+    finally:
+        env.close()
