@@ -23,7 +23,11 @@ from nav_env.report_page import figures_by_name, write_page
 
 PROG = "deployment_study.vehicles"
 PAGE, DATA, FIGURE, TEMPLATE = "vehicles.html", "vehicles.json", "vehicles.png", "vehicles.html.j2"
+LADDER_FIGURE = "ladder.png"
 VEHICLES = {"embedded": "point mass", "mujoco": "rigid-body quadrotor"}
+# the ladder's rungs, from the simplest vehicle to the real autopilots (deployment_study.autopilot_table's vehicles)
+LADDER = {"embedded": "point mass", "mujoco": "MuJoCo quadrotor", "ardupilot": "ArduCopter SITL", "px4": "PX4 SITL"}
+PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def read_study(folder: Path) -> dict[str, Any]:
@@ -111,6 +115,105 @@ def compare(studies: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:
     return {"vehicles": vehicles, "seed": seed}
 
 
+def read_autopilot_table(folder: Path) -> dict[str, Any]:
+    """A finished ``deployment_study.autopilot_table``'s autopilot_table.json; UserError (one line) otherwise."""
+    path = folder / "autopilot_table.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no autopilot_table.json (run python -m deployment_study.autopilot_table "
+                        f"--out {folder} first)") from None  # fmt: skip
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: cannot be read as JSON: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise UserError(f"{path}: not an autopilot table's autopilot_table.json")
+    return data
+
+
+def policy_and_precision(policy: str) -> tuple[str, str]:
+    """('policy1_quadrotor', 'int8') from a model path such as models/policy1_quadrotor_int8.onnx."""
+    stem = Path(policy).stem
+    group, _, precision = stem.rpartition("_")
+    return (group, precision) if precision in PRECISIONS and group else (stem, "-")
+
+
+def ladder(tables: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per policy and precision, success on every rung of the ladder the tables flew (the same seeds on each):
+    the first table that flew a rung gives it (the simulators' rows repeat in every table, equal)."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for table in tables.values():
+        for r in table["rows"]:
+            group, precision = policy_and_precision(r["policy"])
+            cell = cells.setdefault((group, precision), {"policy": label(group), "group": group,
+                                                         "precision": precision, "rungs": {}})  # fmt: skip
+            if r["vehicle"] in cell["rungs"]:
+                continue
+            against = (r.get("against") or {}).get("mujoco")
+            cell["rungs"][r["vehicle"]] = {
+                "successes": r["successes"], "episodes": r["episodes"], "success_rate": r["success_rate"],
+                "low": r["wilson_low"], "high": r["wilson_high"], "minus_mujoco": against,
+                "firmware": (r.get("autopilot") or {}).get("firmware"),
+            }  # fmt: skip
+    rungs = [v for v in LADDER if any(v in c["rungs"] for c in cells.values())]
+    order = sorted(cells.values(), key=lambda c: (PRECISIONS.index(c["precision"]) if c["precision"] in PRECISIONS
+                                                  else 9, c["group"]))  # fmt: skip
+    return {
+        "rungs": [{"vehicle": v, "name": LADDER[v]} for v in rungs],
+        "rows": order,
+        "tables": [
+            {
+                "folder": str(folder),
+                "command": t.get("command"),
+                "device": t.get("device"),
+                "episodes": t.get("args", {}).get("episodes"),
+                "level": t.get("args", {}).get("level"),
+            }
+            for folder, t in tables.items()
+        ],  # fmt: skip
+    }
+
+
+def ladder_figure(data: Mapping[str, Any], path: Path) -> Path:
+    """ladder.png: success on each rung (Wilson 95% bars), per policy, a panel per precision."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rungs = [r["vehicle"] for r in data["rungs"]]
+    precisions = list(dict.fromkeys(r["precision"] for r in data["rows"]))
+    colors = {"embedded": "#7f7f7f", "mujoco": "#1f77b4", "ardupilot": "#d62728", "px4": "#2ca02c"}
+    fig, axes = plt.subplots(1, len(precisions), figsize=(5.6 * len(precisions), 4.2), squeeze=False, sharey=True)
+    width = 0.8 / len(rungs)
+    for ax, precision in zip(axes[0], precisions, strict=True):
+        rows = [r for r in data["rows"] if r["precision"] == precision]
+        for j, vehicle in enumerate(rungs):
+            xs, ys, err = [], [], [[], []]
+            for i, r in enumerate(rows):
+                c = r["rungs"].get(vehicle)
+                if c is None:
+                    continue
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(100 * c["success_rate"])
+                err[0].append(100 * (c["success_rate"] - c["low"]))
+                err[1].append(100 * (c["high"] - c["success_rate"]))
+            ax.bar(xs, ys, width, yerr=err, capsize=2, color=colors.get(vehicle), label=LADDER[vehicle],
+                   error_kw={"elinewidth": 0.8})  # fmt: skip
+        ax.set_xticks(range(len(rows)), [r["policy"] for r in rows], fontsize=8)
+        ax.set_title(f"{precision}", fontsize=10)
+        ax.set_ylim(0, 105)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("success % (Wilson 95% interval)")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(rungs), fontsize=8)
+    level = data["tables"][0].get("level") if data["tables"] else "-"
+    fig.suptitle(f"The same policies and seeds up the ladder (level {level})", fontsize=10, y=0.99)
+    fig.tight_layout(rect=(0, 0, 1, 0.86))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def figure(data: Mapping[str, Any], path: Path) -> Path:
     """vehicles.png: success at the predicted board times, fp32 against int8, per vehicle (a panel each) and level."""
     # deferred: matplotlib, ~0.5 s to import, only for the figure
@@ -145,23 +248,31 @@ def figure(data: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
-def write(studies: list[Path], out: Path) -> Path:
-    """vehicles.json, vehicles.png and vehicles.html in ``out``; the page's path."""
+def write(studies: list[Path], out: Path, autopilot_tables: list[Path] | None = None) -> Path:
+    """vehicles.json, vehicles.png (and ladder.png with ``autopilot_tables``) and vehicles.html in ``out``; the
+    page's path."""
     if len({folder.resolve() for folder in studies}) != len(studies):
         raise UserError(f"the same study given twice ({studies[0]}): give one per vehicle")
     data = compare({folder: read_study(folder) for folder in studies})
+    tables = {folder: read_autopilot_table(folder) for folder in autopilot_tables or []}
+    data["ladder"] = ladder(tables) if tables else None
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / DATA, data)
-    png = figure(data, out / FIGURE)
-    return write_page(out / PAGE, "deployment_study", TEMPLATE, data, figures=figures_by_name([png]))
+    pngs = [figure(data, out / FIGURE)]
+    if data["ladder"]:
+        pngs.append(ladder_figure(data["ladder"], out / LADDER_FIGURE))
+    return write_page(out / PAGE, "deployment_study", TEMPLATE, data, figures=figures_by_name(pngs))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser(prog=PROG, description=(__doc__ or "").splitlines()[0])
     p.add_argument("studies", nargs=2, type=Path, metavar="STUDY", help="a finished study's folder (study.json)")
+    p.add_argument("--autopilot-tables", nargs="+", type=Path, default=[], metavar="DIR",
+                   help="finished autopilot tables (python -m deployment_study.autopilot_table): the ladder "
+                   "point mass -> rigid body -> real autopilot")  # fmt: skip
     p.add_argument("--out", type=output_dir, default="out/study_vehicles", help="folder for the page")
     args = p.parse_args(argv)
-    page = write(args.studies, Path(args.out))
+    page = write(args.studies, Path(args.out), args.autopilot_tables)
     print(f"wrote {page} (+ {DATA}, {FIGURE})")
     return 0
 

@@ -117,3 +117,50 @@ def test_int8_against_fp32_at_the_board_pairs_each_groups_flights():
     ]
     assert [p["int8_minus_fp32"]["diff"] for p in pairs] == [-0.25, 0.5]
     assert at_board({"latency": None}) == [] and at_board({}) == []
+
+
+def test_the_ladder_shows_each_rung_of_the_autopilot_tables(studies, tmp_path):
+    """--autopilot-tables: the autopilot table's rows (here of real hil.run flights of the two simulators: the
+    autopilots need SITL builds) become the ladder's cells, paired against the MuJoCo quadrotor, shown in the page
+    and in ladder.png; a folder without a table is one line."""
+    from report_pages import check_page
+
+    from deployment_study.autopilot_table import Args, table
+
+    models = [str(ROOT / "models" / f"policy1_quadrotor_{p}.onnx") for p in ("fp32", "int8")]
+    reports = {}
+    for backend in ("embedded", "mujoco"):
+        out = tmp_path / backend
+        proc = run("hil.run", *[x for m in models for x in ("--policy", m)], "--sim-only", "--backend", backend,
+                   "--level", "default", "--episodes", "4", "--out", str(out), "--quiet")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        reports[backend] = json.loads((out / "report.json").read_text())
+    folder = tmp_path / "table"
+    folder.mkdir()
+    (folder / "autopilot_table.json").write_text(json.dumps(table(Args(models=models, episodes=4), reports)))
+    page = tmp_path / "page"
+    proc = run("deployment_study.vehicles", str(studies["embedded"]), str(studies["mujoco"]),
+               "--autopilot-tables", str(folder), "--out", str(page))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((page / "vehicles.json").read_text())
+    ladder = data["ladder"]
+    assert [r["vehicle"] for r in ladder["rungs"]] == ["embedded", "mujoco"]
+    assert [(r["policy"], r["precision"]) for r in ladder["rows"]] == [
+        ("Policy I, quadrotor", "fp32"), ("Policy I, quadrotor", "int8")
+    ]  # fmt: skip
+    for row, model in zip(ladder["rows"], models, strict=True):
+        for vehicle in ("embedded", "mujoco"):
+            run_ = next(r for r in reports[vehicle]["runs"] if r["policy"] == model)
+            won = sum(e["outcome"] == "success" for e in run_["episodes"])
+            assert (row["rungs"][vehicle]["successes"], row["rungs"][vehicle]["episodes"]) == (won, 4)
+        assert row["rungs"]["mujoco"]["minus_mujoco"] is None and row["rungs"]["embedded"]["minus_mujoco"]["n"] == 4
+    required = [f"ladder.rows.{i}.rungs.{v}.success_rate" for i in range(2) for v in ("embedded", "mujoco")]
+    figures = (
+        "[...document.querySelectorAll('figure img')].map(i => [i.closest('figure').dataset.figure, i.naturalWidth])"
+    )
+    loaded = check_page(page / "vehicles.html", data, required, figures)
+    assert [name for name, width in loaded.found if width > 0] == ["vehicles.png", "ladder.png"]
+    missing = run("deployment_study.vehicles", str(studies["embedded"]), str(studies["mujoco"]),
+                  "--autopilot-tables", str(tmp_path), "--out", str(tmp_path / "x"))  # fmt: skip
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    assert "no autopilot_table.json (run python -m deployment_study.autopilot_table" in missing.stderr
