@@ -128,3 +128,45 @@ def test_a_signed_link_flies_arducopter_and_nothing_unsigned_is_obeyed(tmp_path)
     # every message ArduCopter signs verifies; what arrives unsigned is the ground station's, which ArduCopter routes
     # to the bridge's channel as it came (about one heartbeat a second), dropped and counted
     assert signed["signed_bridge"]["signed"] is True and signed["signed_bridge"]["bad_signatures"] == 0
+
+
+@pytest.mark.parametrize("autopilot", ["ardupilot", "px4"])
+def test_faults_with_a_real_autopilot(autopilot, tmp_path):
+    """sitl_flight.py --phases faults: the link at 20% loss each way with 0-200 ms of jitter, the autopilot process
+    killed and restarted in flight, its GPS switched off in flight (its own simulation parameters). Each ends the way
+    docs/autopilot.md section 5 says, and run.jsonl keeps every finished episode."""
+    args = sitl_args(autopilot)
+    done = subprocess.run(
+        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", autopilot, *args, "--phases", "faults",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=2400, check=False,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    faults = json.loads(lines[-1])["faults"]
+    assert all("error" not in f for f in faults.values()), faults
+    lossy, restart, gps = faults["lossy"], faults["restart"], faults["gps"]
+    # loss and jitter: the run flies on, every episode recorded (an occasional 3 s without a heartbeat is refused)
+    assert (
+        lossy["episodes_recorded"] == 3 and lossy["run_log_bad_lines"] == 0 and lossy["outcomes"].count("success") >= 1
+    )
+    assert lossy["relay"]["to_bridge"] > 0 and lossy["relay"]["to_autopilot"] > 0
+    # the autopilot killed under hil.run: its one-line error once the telemetry is 3 s silent, exit 1, the finished
+    # episodes kept; --resume (after the restart) takes off again and finishes the run
+    assert restart["hil_run_exit"] == 1 and "its telemetry link is lost" in restart["hil_run_error"]
+    assert restart["episodes_kept"] >= 1 and restart["run_log_bad_lines"] == 0
+    assert restart["resume_exit"] == 0 and restart["resumed"]["episodes_recorded"] == 3
+    # ... under a running bridge: refused once the heartbeat is 3 s old, then because it rebooted (nothing sent but
+    # the acts answered before the link was lost and the watchdog's hold), until the host armed it again
+    bridge = restart["bridge"]
+    assert [why for _, why in bridge["refusals"]] == ["link lost", "rebooted"]
+    assert bridge["after_reboot"]["reboots"] == 1 and bridge["after_reboot"]["armed"] is False
+    assert bridge["sent_while_refused"] <= bridge.get("acts_accepted_before_link_lost", 0) + 2
+    assert bridge["act_after_rearm"]["control"] == "bridge"
+    # GPS lost: the autopilot's own failsafe flies a mode the bridge did not set; nothing is sent after that;
+    # hil.run says the position estimate was lost, the link alive
+    replies = gps["bridge"]["replies"]
+    assert any(control == "pilot" for _, _, control in replies), replies
+    assert gps["bridge"]["setpoints_sent_after_pilot_mode"] == 0
+    assert gps["hil_run"]["exit"] == 1 and "lost its position estimate" in gps["hil_run"]["error"]
+    assert gps["hil_run"]["episodes_kept"] >= 1 and gps["hil_run"]["run_log_bad_lines"] == 0
