@@ -71,10 +71,12 @@ study-quadrotor: $(STAMP)
 		--out out/study_quadrotor
 
 # Both vehicles' studies side by side in one page (out/study_vehicles/vehicles.html); runs whichever is missing.
+# AUTOPILOT_TABLES="DIR ..." adds the ladder from finished autopilot tables (python -m deployment_study.autopilot_table).
 study-vehicles: $(STAMP)
 	@[ -f out/study/study.json ] || $(MAKE) study
 	@[ -f out/study_quadrotor/study.json ] || $(MAKE) study-quadrotor
-	$(PY) -m deployment_study.vehicles out/study out/study_quadrotor --out out/study_vehicles
+	$(PY) -m deployment_study.vehicles out/study out/study_quadrotor --out out/study_vehicles \
+		$(if $(AUTOPILOT_TABLES),--autopilot-tables $(AUTOPILOT_TABLES))
 
 # The QuaRL study's CPU part (docs/quarl.md): classic control + MinAtar, every (task, algorithm, seed) a
 # Ray Tune trial (its wall time: docs/results.md, "The QuaRL study"); rerunning resumes. Then its Table 2,

@@ -172,6 +172,7 @@ def row(
         "wilson_low": low,
         "wilson_high": high,
         "failures": failures,
+        "outcomes": {str(e["seed"]): e["outcome"] for e in sorted(run["episodes"], key=lambda e: e["seed"])},
         "mean_steps_to_goal": sum(goals) / len(goals) if goals else None,
         "actuation_hz": run["actuation_hz"] if vehicle not in SIMULATED else None,
         "round_trip_us": {q: run["round_trip_us"][q] for q in ("p50", "p99")},

@@ -20,6 +20,7 @@ from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
 from deployment_study.latency_stage import LatencyRow, int8_against_fp32
 from deployment_study.seed import label, seed_group
 from nav_env.report_page import figures_by_name, write_page
+from nav_env.stats import paired_difference
 
 PROG = "deployment_study.vehicles"
 PAGE, DATA, FIGURE, TEMPLATE = "vehicles.html", "vehicles.json", "vehicles.png", "vehicles.html.j2"
@@ -153,7 +154,19 @@ def ladder(tables: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:
                 "successes": r["successes"], "episodes": r["episodes"], "success_rate": r["success_rate"],
                 "low": r["wilson_low"], "high": r["wilson_high"], "minus_mujoco": against,
                 "firmware": (r.get("autopilot") or {}).get("firmware"),
+                "outcomes": r.get("outcomes"),
             }  # fmt: skip
+    # int8 against fp32 on each rung, paired over the same seeds (where a table flew both)
+    for (group, precision), cell in cells.items():
+        fp32 = cells.get((group, "fp32"))
+        if precision == "fp32" or fp32 is None:
+            continue
+        for vehicle, c in cell["rungs"].items():
+            base = fp32["rungs"].get(vehicle)
+            if c.get("outcomes") and base and base.get("outcomes") and set(c["outcomes"]) == set(base["outcomes"]):
+                seeds = sorted(c["outcomes"], key=int)
+                c["minus_fp32"] = paired_difference([base["outcomes"][k] == "success" for k in seeds],
+                                                    [c["outcomes"][k] == "success" for k in seeds])  # fmt: skip
     rungs = [v for v in LADDER if any(v in c["rungs"] for c in cells.values())]
     order = sorted(cells.values(), key=lambda c: (PRECISIONS.index(c["precision"]) if c["precision"] in PRECISIONS
                                                   else 9, c["group"]))  # fmt: skip
@@ -197,15 +210,17 @@ def ladder_figure(data: Mapping[str, Any], path: Path) -> Path:
                 ys.append(100 * c["success_rate"])
                 err[0].append(100 * (c["success_rate"] - c["low"]))
                 err[1].append(100 * (c["high"] - c["success_rate"]))
-            ax.bar(xs, ys, width, yerr=err, capsize=2, color=colors.get(vehicle), label=LADDER[vehicle],
-                   error_kw={"elinewidth": 0.8})  # fmt: skip
+            if xs:
+                ax.bar(xs, ys, width, yerr=err, capsize=2, color=colors.get(vehicle), error_kw={"elinewidth": 0.8})
         ax.set_xticks(range(len(rows)), [r["policy"] for r in rows], fontsize=8)
         ax.set_title(f"{precision}", fontsize=10)
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("success % (Wilson 95% interval)")
-    handles, names = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(rungs), fontsize=8)
+    from matplotlib.patches import Patch  # one handle per rung, whether or not the first panel flew it
+
+    handles = [Patch(color=colors.get(v), label=LADDER[v]) for v in rungs]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.93), ncol=len(rungs), fontsize=8)
     level = data["tables"][0].get("level") if data["tables"] else "-"
     fig.suptitle(f"The same policies and seeds up the ladder (level {level})", fontsize=10, y=0.99)
     fig.tight_layout(rect=(0, 0, 1, 0.86))

@@ -154,6 +154,14 @@ def test_the_ladder_shows_each_rung_of_the_autopilot_tables(studies, tmp_path):
             won = sum(e["outcome"] == "success" for e in run_["episodes"])
             assert (row["rungs"][vehicle]["successes"], row["rungs"][vehicle]["episodes"]) == (won, 4)
         assert row["rungs"]["mujoco"]["minus_mujoco"] is None and row["rungs"]["embedded"]["minus_mujoco"]["n"] == 4
+    # int8 against fp32 on each rung, paired by seed
+    fp32_row, int8_row = ladder["rows"]
+    for vehicle in ("embedded", "mujoco"):
+        assert "minus_fp32" not in fp32_row["rungs"][vehicle]
+        d = int8_row["rungs"][vehicle]["minus_fp32"]
+        assert d["n"] == 4 and d["diff"] == pytest.approx(
+            (int8_row["rungs"][vehicle]["successes"] - fp32_row["rungs"][vehicle]["successes"]) / 4
+        )
     required = [f"ladder.rows.{i}.rungs.{v}.success_rate" for i in range(2) for v in ("embedded", "mujoco")]
     figures = (
         "[...document.querySelectorAll('figure img')].map(i => [i.closest('figure').dataset.figure, i.naturalWidth])"

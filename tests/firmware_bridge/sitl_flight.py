@@ -622,8 +622,9 @@ def gps_fault(autopilot: str, out: Path, episodes: int = 3, watch_s: float = 30.
     1. under a bridge that keeps running (a host acting at 10 Hz on the last observation): the autopilot's own
        failsafe takes the vehicle (a mode the bridge did not set): acts are answered ``control: pilot`` and nothing is
        sent; GPS comes back afterwards;
-    2. under ``hil.run``: the host's telemetry has no position any more; hil.run ends with its one-line error (the
-       position estimate lost, the link alive) and exit 1, run.jsonl keeping the finished episodes."""
+    2. under ``hil.run``: where the autopilot stops sending a position (ArduCopter), hil.run ends with its one-line
+       error (the position estimate lost, the link alive) and exit 1; where it keeps estimating one (PX4), hil.run
+       flies on; run.jsonl keeps the finished episodes either way."""
     fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
     bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
     env = AutopilotNavEnv(level="easy", telemetry=telemetry)
@@ -637,24 +638,27 @@ def gps_fault(autopilot: str, out: Path, episodes: int = 3, watch_s: float = 30.
         seen["injected"] = set_gps(autopilot, on=False)
         at = time.monotonic()
         replies: list[tuple[float, str | None, str | None]] = []  # (s after the loss, mode, control) on change
-        sent_at_pilot = None
+        pilot_acts = sent_while_pilot = 0
+        sent = client.status().actuator["setpoints_sent"]
         while time.monotonic() < at + watch_s:
             try:
                 v = client.act(obs).vehicle or {}
                 now = (v.get("mode"), v.get("control"))
             except BridgeRefused as e:
                 now = (None, f"refused: {e.code.name}")
+            after = client.status().actuator["setpoints_sent"]
+            if now[1] == "pilot":  # what went out around an act answered "pilot" (nothing may)
+                pilot_acts += 1
+                sent_while_pilot += after - sent
+            sent = after
             if not replies or replies[-1][1:] != now:
                 replies.append((round(time.monotonic() - at, 2), *now))
-            if now[1] == "pilot" and sent_at_pilot is None:
-                sent_at_pilot = client.status().actuator["setpoints_sent"]
             time.sleep(0.1)
         status = client.status().actuator
         seen["bridge"] = {
             "replies": replies,
-            "setpoints_sent_after_pilot_mode": None
-            if sent_at_pilot is None
-            else status["setpoints_sent"] - sent_at_pilot,
+            "pilot_acts": pilot_acts,
+            "setpoints_sent_while_pilot": sent_while_pilot,
             "setpoints_withheld": status["setpoints_withheld"],
         }
         seen["restored"] = set_gps(autopilot, on=True)

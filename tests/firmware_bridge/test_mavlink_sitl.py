@@ -29,6 +29,9 @@ pytest.importorskip("pymavlink", reason="the mavlink actuator needs the mavlink 
 from firmware_bridge.flight_modes import FLY_MODE, HOLD_MODE  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("sitl_flight.py")
+# Where the bridge's hold stops a vehicle flying about 2 m/s (from where the hold began): the largest of four runs,
+# two on each of two builds of each autopilot, plus a metre (docs/autopilot.md section 3, "The hold on PX4 main")
+HOLD_WITHIN_M = {"ardupilot": 3.52 + 1.0, "px4": 1.94 + 1.0}
 
 
 def skip_or_fail(reason: str) -> None:
@@ -86,12 +89,15 @@ def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_p
     # ... and the autopilot's own telemetry shows it: its velocity target is no longer the last act's by then
     assert failsafe["target_changed_after_last_act_ms"] is not None
     assert failsafe["target_changed_after_last_act_ms"] <= 300
+    # ArduCopter's BRAKE and PX4's velocity loop are jerk-limited from the vehicle's acceleration: 20-320 ms after
+    # the hold on the builds of docs/autopilot.md section 3 (ArduCopter V4.7.0-dev and V4.8.0-dev, PX4 752ecd3d and
+    # 02e73e3b)
     falling = failsafe["accel_falling_after_last_act_ms"]
-    assert falling is not None and falling - failsafe["hold_after_last_act_ms"] <= 300
+    assert falling is not None and falling - failsafe["hold_after_last_act_ms"] <= 400
     # holding: in the autopilot's hold mode, stopped within a braking distance of where the hold began and
     # moving little in the last of six seconds (ArduCopter's BRAKE stays put; PX4's Hold flies back to its point)
     assert failsafe["hold_mode"] == HOLD_MODE[autopilot]
-    assert failsafe["farthest_from_hold_m"] < 5.0 and failsafe["moved_last_second_m"] < 0.7
+    assert failsafe["farthest_from_hold_m"] < HOLD_WITHIN_M[autopilot] and failsafe["moved_last_second_m"] < 0.7
     assert failsafe["mode_after_host_returns"] == FLY_MODE[autopilot]  # the bridge's own hold, left by the next act
     # the link cut: refused acts once the autopilot's heartbeat is 3 s old, counted by the host, the run completes
     assert cut["vehicle_link_errors"] >= 20 and cut["episodes_after"] == 3
@@ -158,15 +164,20 @@ def test_faults_with_a_real_autopilot(autopilot, tmp_path):
     assert restart["resume_exit"] == 0 and restart["resumed"]["episodes_recorded"] == 3
     # ... under a running bridge: refused once the heartbeat is 3 s old, then because it rebooted (nothing sent but
     # the acts answered before the link was lost and the watchdog's hold), until the host armed it again
+    # (a restart quicker than the link's 3 s is noticed as a reboot alone: PX4 comes back in 0.4 s)
     bridge = restart["bridge"]
-    assert [why for _, why in bridge["refusals"]] == ["link lost", "rebooted"]
-    assert bridge["after_reboot"]["reboots"] == 1 and bridge["after_reboot"]["armed"] is False
+    assert [why for _, why in bridge["refusals"]] in (["link lost", "rebooted"], ["rebooted"])
+    assert bridge["after_reboot"]["reboots"] == 1
     assert bridge["sent_while_refused"] <= bridge.get("acts_accepted_before_link_lost", 0) + 2
     assert bridge["act_after_rearm"]["control"] == "bridge"
     # GPS lost: the autopilot's own failsafe flies a mode the bridge did not set; nothing is sent after that;
     # hil.run says the position estimate was lost, the link alive
     replies = gps["bridge"]["replies"]
-    assert any(control == "pilot" for _, _, control in replies), replies
-    assert gps["bridge"]["setpoints_sent_after_pilot_mode"] == 0
-    assert gps["hil_run"]["exit"] == 1 and "lost its position estimate" in gps["hil_run"]["error"]
-    assert gps["hil_run"]["episodes_kept"] >= 1 and gps["hil_run"]["run_log_bad_lines"] == 0
+    assert gps["bridge"]["pilot_acts"] >= 10 and any(control == "pilot" for _, _, control in replies), replies
+    assert gps["bridge"]["setpoints_sent_while_pilot"] == 0
+    if autopilot == "ardupilot":  # it stops sending a position: the host stops, saying why
+        assert gps["hil_run"]["exit"] == 1 and "lost its position estimate" in gps["hil_run"]["error"]
+        assert gps["hil_run"]["episodes_kept"] >= 1
+    else:  # PX4 keeps estimating one (and may take OFFBOARD back by itself): the run flies on
+        assert gps["hil_run"]["exit"] == 0 and gps["hil_run"]["episodes_kept"] == 3
+    assert gps["hil_run"]["run_log_bad_lines"] == 0
