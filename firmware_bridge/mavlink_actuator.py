@@ -67,6 +67,7 @@ VELOCITY_YAW_RATE_MASK = (
 )
 SETPOINT_FRAME = {"ardupilot": MAV.MAV_FRAME_BODY_OFFSET_NED, "px4": MAV.MAV_FRAME_BODY_NED}
 OFFBOARD_PRIMING_S = 0.5  # PX4 wants a setpoint stream (> 2 Hz) before it enters OFFBOARD
+COMMAND_RETRY_S = 1.0  # a command without a COMMAND_ACK within this is sent again (MAVLink's command protocol)
 RESUME_RETRY_S = 0.5  # while taking the vehicle back from our hold: re-ask for the fly mode at most this often
 # The hold on PX4 brakes in OFFBOARD first: zero-velocity setpoints (its velocity loop, limited by MPC_ACC_HOR_MAX and
 # MPC_TILTMAX_AIR, brakes at once), then Hold once the vehicle is slower than BRAKE_DONE_MPS or after BRAKE_MAX_S.
@@ -139,11 +140,22 @@ class MavlinkActuator(Actuator):
             raise MavlinkError(f"no autopilot heartbeat on {self.endpoint} within {timeout_s:g} s")
         return self.state
 
-    def _wait_ack(self, command: int, timeout_s: float) -> int:
-        result = self.link.wait_ack(command, timeout_s)
-        if result is None:
-            raise MavlinkError(f"the autopilot did not acknowledge command {command} within {timeout_s:g} s")
-        return result
+    def _command(self, send: Callable[[int], None], command: int, timeout_s: float) -> int:
+        """Send a command (``send(confirmation)``) and wait for its COMMAND_ACK, sending it again, the confirmation
+        counted up, every COMMAND_RETRY_S until ``timeout_s`` (MAVLink's command protocol: on a lossy link a lost
+        COMMAND_LONG or ACK costs a retry, not the command); the result, or MavlinkError."""
+        self.link.forget_acks(command)
+        end = self.clock() + timeout_s
+        confirmation = 0
+        while True:
+            send(confirmation)
+            result = self.link.wait_ack(command, max(0.0, min(COMMAND_RETRY_S, end - self.clock())))
+            if result is not None:
+                return result
+            if self.clock() >= end:
+                raise MavlinkError(f"the autopilot did not acknowledge command {command} within {timeout_s:g} s "
+                                   f"({confirmation + 1} sent)")  # fmt: skip
+            confirmation += 1
 
     # ------------------------------------------------------------------ explicit commands
     def set_mode(self, mode: str, timeout_s: float = 5.0) -> None:
@@ -158,9 +170,7 @@ class MavlinkActuator(Actuator):
             while self.clock() < end:
                 self._send_setpoint((0.0, 0.0, 0.0, 0.0))
                 time.sleep(0.05)
-        self.link.forget_acks(MAV.MAV_CMD_DO_SET_MODE)
-        self.link.set_mode(mode)
-        result = self._wait_ack(MAV.MAV_CMD_DO_SET_MODE, timeout_s)
+        result = self._command(lambda _: self.link.set_mode(mode), MAV.MAV_CMD_DO_SET_MODE, timeout_s)
         if result != MAV.MAV_RESULT_ACCEPTED:  # PX4: TEMPORARILY_REJECTED e.g. OFFBOARD without setpoints
             raise MavlinkError(f"mode {mode} refused ({result_name(result)}): "
                                f"{' | '.join(self.statustext) or 'no reason given'}")  # fmt: skip
@@ -181,8 +191,9 @@ class MavlinkActuator(Actuator):
     def _arm_disarm(self, arm: bool, timeout_s: float) -> None:
         self.wait_heartbeat(timeout_s)
         self.statustext.clear()  # the refusal's reason is what the autopilot says from now on
-        self.link.command(MAV.MAV_CMD_COMPONENT_ARM_DISARM, 1 if arm else 0)
-        result = self._wait_ack(MAV.MAV_CMD_COMPONENT_ARM_DISARM, timeout_s)
+        arm_disarm = MAV.MAV_CMD_COMPONENT_ARM_DISARM
+        result = self._command(lambda n: self.link.command(arm_disarm, 1 if arm else 0, confirmation=n), arm_disarm,
+                               timeout_s)  # fmt: skip
         if result == MAV.MAV_RESULT_ACCEPTED and arm:
             self.state.rebooted = None  # the host has seen the reboot (acts were refused) and armed again
             self._we_hold = False
@@ -212,8 +223,11 @@ class MavlinkActuator(Actuator):
                     raise MavlinkError("no GLOBAL_POSITION_INT: PX4's take-off altitude is AMSL")
                 time.sleep(0.02)
             target = self.amsl_m + altitude_m  # like PX4's own default (current altitude + MIS_TAKEOFF_ALT)
-        self.link.command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, float("nan"), float("nan"), float("nan"), target)
-        result = self._wait_ack(MAV.MAV_CMD_NAV_TAKEOFF, timeout_s)
+        nan = float("nan")
+        result = self._command(
+            lambda n: self.link.command(MAV.MAV_CMD_NAV_TAKEOFF, 0, 0, 0, nan, nan, nan, target, confirmation=n),
+            MAV.MAV_CMD_NAV_TAKEOFF, timeout_s,
+        )  # fmt: skip
         if result != MAV.MAV_RESULT_ACCEPTED:
             raise MavlinkError(
                 f"take-off refused ({result_name(result)}): {' | '.join(self.statustext) or 'no reason given'}"

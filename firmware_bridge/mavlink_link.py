@@ -412,13 +412,15 @@ class MavlinkLink:
         for old in [a for a in list(self.acks) if a[0] == command]:
             self.acks.remove(old)
 
-    def command(self, command: int, *params: float) -> None:
+    def command(self, command: int, *params: float, confirmation: int = 0) -> None:
         """COMMAND_LONG ``command`` with up to seven params (the rest 0) to the autopilot heard last (system and
-        component 1 before any), its older acks forgotten."""
-        self.forget_acks(command)
+        component 1 before any); a first send (``confirmation`` 0) forgets the command's older acks, a resend
+        (MAVLink's command protocol counts them in ``confirmation``) keeps them."""
+        if confirmation == 0:
+            self.forget_acks(command)
         p = [*params, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0][:7]
         s = self.state
-        self.send(lambda m: m.command_long_send(s.system or 1, s.component or 1, command, 0, *p))
+        self.send(lambda m: m.command_long_send(s.system or 1, s.component or 1, command, min(confirmation, 255), *p))
 
     def request_version(self) -> None:
         """Ask for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE); its answer fills ``state.firmware`` (one answer per

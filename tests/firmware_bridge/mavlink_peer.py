@@ -11,7 +11,7 @@ were seen to behave, docs/autopilot.md):
   (ArduPilot, param7 metres above home); PX4 accepts it armed and reads param7 above sea level (a target below the
   vehicle is accepted and flies nothing); DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD
   (TEMPORARILY_REJECTED) unless a setpoint arrived within COM_OF_LOSS_T (1 s); REQUEST_MESSAGE(AUTOPILOT_VERSION)
-  answers with the version. Every command gets a COMMAND_ACK.
+  answers with the version. Every command gets a COMMAND_ACK, but the ``drop_commands`` next ones, which are lost.
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
   enums is a protocol error the test sees (``errors``), and so is a frame PX4 drops (it takes LOCAL_NED and
   BODY_NED only).
@@ -76,6 +76,7 @@ class PeerState:
     heartbeats_from_companion: list[tuple[int, int, int]] = field(default_factory=list)  # (component, type, autopilot)
     commands: list[tuple[int, int]] = field(default_factory=list)  # (command, result)
     modes: list[str] = field(default_factory=list)  # every mode a command set, in order
+    confirmations: list[tuple[int, int]] = field(default_factory=list)  # (command, confirmation) of each COMMAND_LONG
     offboard_losses: int = 0  # PX4: OFFBOARD left for Hold by itself (no setpoint for COM_OF_LOSS_T)
     errors: list[str] = field(default_factory=list)
 
@@ -113,6 +114,7 @@ class AutopilotPeer:
         self.vehicle = PointVehicle()
         self.boot = time.monotonic()
         self.silent = threading.Event()
+        self.drop_commands = 0  # the next this many COMMAND_LONGs from the companion are lost on the way
         self.telemetry_silent = threading.Event()
         self.intervals: dict[int, float] = {}  # message id -> seconds, as a ground station asked
         self.companion_intervals: dict[int, float] = {}  # ... as the companion asked (its own link)
@@ -252,6 +254,10 @@ class AutopilotPeer:
                          (msg.target_system, msg.target_component))
             )  # fmt: skip
         elif kind == "COMMAND_LONG":
+            self.state.confirmations.append((msg.command, msg.confirmation))
+            if self.drop_commands > 0:  # a lossy link: this COMMAND_LONG never arrived
+                self.drop_commands -= 1
+                return
             self._ack(msg.command, self._command(msg, now))
 
     def _command(self, msg: Any, now: float, link: Any = None) -> int:

@@ -378,3 +378,29 @@ def test_a_mode_change_or_a_reset_with_no_act_after_it_ends_in_the_bridges_own_h
     finally:
         peer.close()
     assert peer.state.errors == []
+
+
+def test_a_lost_command_is_sent_again_until_it_is_acknowledged(pair):
+    """MAVLink's command protocol on a lossy link: no COMMAND_ACK within a second, the command goes again with its
+    confirmation counted up; arming, take-off and mode changes survive lost COMMAND_LONGs."""
+    peer, actuator = pair
+    actuator.wait_heartbeat(5)
+    fly = FLY_MODE[peer.autopilot]
+    if peer.autopilot == "ardupilot":
+        actuator.set_mode(fly)
+    peer.drop_commands = 2
+    actuator.arm(timeout_s=5.0)
+    arms = [c for cmd, c in peer.state.confirmations if cmd == MAV.MAV_CMD_COMPONENT_ARM_DISARM]
+    assert arms == [0, 1, 2] and peer.state.armed
+    peer.drop_commands = 1
+    actuator.takeoff(5.0)
+    assert [c for cmd, c in peer.state.confirmations if cmd == MAV.MAV_CMD_NAV_TAKEOFF] == [0, 1]
+    peer.drop_commands = 1
+    actuator.set_mode("LOITER" if peer.autopilot == "ardupilot" else "POSCTL")
+    assert [c for cmd, c in peer.state.confirmations if cmd == MAV.MAV_CMD_DO_SET_MODE][-2:] == [
+        0,
+        0,
+    ]  # DO_SET_MODE as pymavlink sends it
+    peer.drop_commands = 10
+    with pytest.raises(MavlinkError, match=r"did not acknowledge command 400 within 2 s \(2 sent\)"):
+        actuator.disarm(timeout_s=2.0)
