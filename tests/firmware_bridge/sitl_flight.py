@@ -529,18 +529,32 @@ def restart_fault(autopilot: str, sitl: Sitl, out: Path, episodes: int = 3, down
     return seen
 
 
-def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
-    """A running bridge while the autopilot process is killed and started again (restart_fault's second part)."""
+def start_flight(autopilot: str, seed: int) -> tuple[BridgeProcess, AutopilotNavEnv, BridgeClient, np.ndarray]:
+    """A bridge of its own on the autopilot's link and a host flying 10 steps of episode ``seed`` (take-off first
+    if needed): the bridge process, the host's env and client, and the last observation; the caller closes them."""
     fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
     bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
     env = AutopilotNavEnv(level="easy", telemetry=telemetry)
     client = BridgeClient(bridge.endpoint)
-    seen: dict = {}
     try:
         prepare_vehicle(client, env, 5.0, 180.0)
-        obs, _ = env.reset(seed=220)
+        obs, _ = env.reset(seed=seed)
         for _ in range(10):
             obs, *_ = env.step(client.act(obs).action)
+    except BaseException:
+        client.close()
+        env.close()
+        bridge.close()
+        raise
+    return bridge, env, client, obs
+
+
+def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
+    """A running bridge while the autopilot process is killed and started again (restart_fault's second part)."""
+    telemetry = LINKS[autopilot].telemetry
+    bridge, env, client, obs = start_flight(autopilot, seed=220)
+    seen: dict = {}
+    try:
         env.close()  # its link dies with the autopilot (ArduCopter's TCP); the host acts on the last observation
         sent_before = client.status().actuator["setpoints_sent"]
         sitl.kill()
@@ -625,16 +639,9 @@ def gps_fault(autopilot: str, out: Path, episodes: int = 3, watch_s: float = 30.
     2. under ``hil.run``: where the autopilot stops sending a position (ArduCopter), hil.run ends with its one-line
        error (the position estimate lost, the link alive) and exit 1; where it keeps estimating one (PX4), hil.run
        flies on; run.jsonl keeps the finished episodes either way."""
-    fc, telemetry = LINKS[autopilot].fc, LINKS[autopilot].telemetry
-    bridge = BridgeProcess(["--actuator", "mavlink", "--fc", fc, "--policy", str(POLICY)]).start()
-    env = AutopilotNavEnv(level="easy", telemetry=telemetry)
-    client = BridgeClient(bridge.endpoint)
+    bridge, env, client, obs = start_flight(autopilot, seed=410)
     seen: dict = {}
     try:
-        prepare_vehicle(client, env, 5.0, 180.0)
-        obs, _ = env.reset(seed=410)
-        for _ in range(10):
-            obs, *_ = env.step(client.act(obs).action)
         seen["injected"] = set_gps(autopilot, on=False)
         at = time.monotonic()
         replies: list[tuple[float, str | None, str | None]] = []  # (s after the loss, mode, control) on change

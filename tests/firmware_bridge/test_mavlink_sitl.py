@@ -40,6 +40,21 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def fly(autopilot: str, tmp_path: Path, *phases: str, timeout_s: float = 900) -> dict:
+    """``unshare -n sitl_flight.py`` with the autopilot's binary and these arguments: what it printed (JSON), its
+    run checked (exit 0, no error)."""
+    done = subprocess.run(
+        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", autopilot, *sitl_args(autopilot), *phases,
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=timeout_s, check=False,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    seen = json.loads(lines[-1])
+    assert done.returncode == 0 and "error" not in seen, (seen.get("error"), done.stderr[-3000:])
+    return seen
+
+
 def sitl_args(autopilot: str) -> list[str]:
     if autopilot == "ardupilot":
         binary, params = os.environ.get("AIRQ_ARDUPILOT_SITL"), os.environ.get("AIRQ_ARDUPILOT_PARAMS")
@@ -63,16 +78,7 @@ def sitl_args(autopilot: str) -> list[str]:
 
 @pytest.mark.parametrize("autopilot", ["ardupilot", "px4"])
 def test_policy_flies_the_sitl_autopilot_and_its_failsafes_hold(autopilot, tmp_path):
-    args = sitl_args(autopilot)
-    done = subprocess.run(
-        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", autopilot, *args, "--episodes", "3",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, done.stderr[-3000:]
-    seen = json.loads(lines[-1])
-    assert done.returncode == 0 and "error" not in seen, (seen.get("error"), done.stderr[-3000:])
+    seen = fly(autopilot, tmp_path, "--episodes", "3")
     episodes, failsafe, cut = seen["episodes"], seen["failsafe"], seen["cut"]
     vehicle = episodes["vehicle"]
     assert vehicle["autopilot"] == autopilot and vehicle["frame"] == "QUADROTOR" and vehicle["firmware"]
@@ -111,16 +117,7 @@ def test_a_signed_link_flies_arducopter_and_nothing_unsigned_is_obeyed(tmp_path)
     """MAVLink 2 signing against ArduCopter SITL (the key set up over its first channel, which ArduPilot leaves
     unsigned; the bridge on the second, where ArduPilot requires signatures): a bridge without the key, or with
     another, is not obeyed; the bridge with it flies and drops none of ArduCopter's messages."""
-    args = sitl_args("ardupilot")
-    done = subprocess.run(
-        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", "ardupilot", *args, "--phases", "signed",
-         "--episodes", "3", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, done.stderr[-3000:]
-    seen = json.loads(lines[-1])
-    assert done.returncode == 0 and "error" not in seen, (seen.get("error"), done.stderr[-3000:])
+    seen = fly("ardupilot", tmp_path, "--phases", "signed", "--episodes", "3")
     signed = seen["signed"]
     assert signed["setup"]["signed_heartbeats_after_setup"] >= 1
     for stranger in ("unsigned_bridge", "wrong_key_bridge"):
@@ -141,15 +138,7 @@ def test_faults_with_a_real_autopilot(autopilot, tmp_path):
     """sitl_flight.py --phases faults: the link at 20% loss each way with 0-200 ms of jitter, the autopilot process
     killed and restarted in flight, its GPS switched off in flight (its own simulation parameters). Each ends the way
     docs/autopilot.md section 5 says, and run.jsonl keeps every finished episode."""
-    args = sitl_args(autopilot)
-    done = subprocess.run(
-        ["unshare", "-n", sys.executable, str(SCRIPT), "--autopilot", autopilot, *args, "--phases", "faults",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=2400, check=False,
-    )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    assert lines, done.stderr[-3000:]
-    faults = json.loads(lines[-1])["faults"]
+    faults = fly(autopilot, tmp_path, "--phases", "faults", timeout_s=2400)["faults"]
     assert all("error" not in f for f in faults.values()), faults
     lossy, restart, gps = faults["lossy"], faults["restart"], faults["gps"]
     # loss and jitter: the run flies on, every episode recorded (an occasional 3 s without a heartbeat is refused)
