@@ -128,6 +128,7 @@ def fly(a: Args, vehicle: str) -> dict[str, Any]:
     else:
         work = Path(tempfile.mkdtemp(prefix=f"airq-{vehicle}-"))
         binary, params = (a.ardupilot, a.ardupilot_params) if vehicle == "ardupilot" else (a.px4, None)
+        assert binary is not None  # vehicles() lists an autopilot only with its binary
         try:
             sitl = start_sitl(vehicle, binary, params, work, a.speedup)
         except ValueError as e:

@@ -201,7 +201,9 @@ def ladder_figure(data: Mapping[str, Any], path: Path) -> Path:
     for ax, precision in zip(axes[0], precisions, strict=True):
         rows = [r for r in data["rows"] if r["precision"] == precision]
         for j, vehicle in enumerate(rungs):
-            xs, ys, err = [], [], [[], []]
+            xs: list[float] = []
+            ys: list[float] = []
+            err: list[list[float]] = [[], []]
             for i, r in enumerate(rows):
                 c = r["rungs"].get(vehicle)
                 if c is None:
