@@ -16,6 +16,7 @@ describe. SITL listens on every interface: run it in a private network namespace
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from dataclasses import dataclass
@@ -64,8 +65,6 @@ PX4_LOCK = Path("/tmp/px4_lock-0")  # PX4 keeps its instance lock and command so
 def px4_running() -> bool:
     """Whether a PX4 SITL server (instance 0) runs on this machine: it holds a POSIX lock on /tmp/px4_lock-0, and a
     second px4 started beside it is refused (or, as a client, talks to it)."""
-    import fcntl
-
     try:
         fd = os.open(PX4_LOCK, os.O_RDWR)
     except OSError:
