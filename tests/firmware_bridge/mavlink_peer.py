@@ -11,7 +11,8 @@ were seen to behave, docs/autopilot.md):
   (ArduPilot, param7 metres above home); PX4 accepts it armed and reads param7 above sea level (a target below the
   vehicle is accepted and flies nothing); DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD
   (TEMPORARILY_REJECTED) unless a setpoint arrived within COM_OF_LOSS_T (1 s); REQUEST_MESSAGE(AUTOPILOT_VERSION)
-  answers with the version. Every command gets a COMMAND_ACK, but the ``drop_commands`` next ones, which are lost.
+  answers with the version. Every command gets a COMMAND_ACK, but the ``drop_commands`` next vehicle commands (not the link's stream
+  requests), which are lost.
 - SET_POSITION_TARGET_LOCAL_NED is recorded with its arrival time; a frame or type mask outside the dialect's
   enums is a protocol error the test sees (``errors``), and so is a frame PX4 drops (it takes LOCAL_NED and
   BODY_NED only).
@@ -255,7 +256,8 @@ class AutopilotPeer:
             )  # fmt: skip
         elif kind == "COMMAND_LONG":
             self.state.confirmations.append((msg.command, msg.confirmation))
-            if self.drop_commands > 0:  # a lossy link: this COMMAND_LONG never arrived
+            streams = (MAV.MAV_CMD_SET_MESSAGE_INTERVAL, MAV.MAV_CMD_REQUEST_MESSAGE)  # the link's own, any time
+            if self.drop_commands > 0 and msg.command not in streams:  # a lossy link: this one never arrived
                 self.drop_commands -= 1
                 return
             self._ack(msg.command, self._command(msg, now))
