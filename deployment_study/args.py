@@ -11,6 +11,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+
+
+def group_and_precision(path: str | Path) -> tuple[str, str] | None:
+    """('policy1_quadrotor', 'int8') from models/policy1_quadrotor_int8.onnx (GROUP_PRECISION.onnx, PRECISION one
+    of PRECISIONS, the longest that fits), or None when the name says no precision."""
+    stem = Path(path).stem
+    precision = next((q for q in sorted(PRECISIONS, key=len, reverse=True) if stem.endswith("_" + q)), None)
+    return None if precision is None else (stem[: -len(precision) - 1], precision)
+
+
 SHIPPED = [ROOT / "models" / f"policy{i}_{p}.onnx" for i in (1, 2, 3) for p in PRECISIONS]
 # the memory stage's defaults: Policy III, widened, and where the large models are kept between studies
 DEFAULT_MEMORY_SOURCE = ROOT / "models" / "policy3_fp32.onnx"

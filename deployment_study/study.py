@@ -72,7 +72,7 @@ from airq_cli import (
 )
 from airq_cli.journal import read_journal
 from deployment_study import latency_stage, memory_stage, render, render_memfit
-from deployment_study.args import PRECISIONS, SHIPPED, StudyArgs
+from deployment_study.args import PRECISIONS, SHIPPED, StudyArgs, group_and_precision
 from deployment_study.memfit_run import MemfitResult
 from deployment_study.memory_stage import MemoryPlan, MemoryResult
 from deployment_study.report_html import write_study_html
@@ -194,13 +194,12 @@ def parse_models(paths: list[str]) -> dict[str, list[Model]]:
     for path in paths:
         if not Path(path).is_file():
             raise UserError(f"model file not found: {path}")
-        stem = Path(path).stem
-        prec = next((q for q in sorted(PRECISIONS, key=len, reverse=True) if stem.endswith("_" + q)), None)
-        if prec is None:
+        named = group_and_precision(path)
+        if named is None:
             raise UserError(
                 f"cannot tell the precision of {path}: name it GROUP_PRECISION.onnx with PRECISION one of {', '.join(PRECISIONS)}"
             )
-        group = stem[: -len(prec) - 1]
+        group, prec = named
         if any(m.precision == prec for m in groups.get(group, [])):
             raise UserError(
                 f"two {prec} models for {group}: {path} and {next(m.path for m in groups[group] if m.precision == prec)}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from airq_cli import ArgumentParser, UserError, output_dir, run, write_json
+from deployment_study.args import PRECISIONS, group_and_precision
 from deployment_study.latency_stage import LatencyRow, int8_against_fp32
 from deployment_study.seed import label, seed_group
 from nav_env.report_page import figures_by_name, write_page
@@ -28,7 +29,6 @@ LADDER_FIGURE = "ladder.png"
 VEHICLES = {"embedded": "point mass", "mujoco": "rigid-body quadrotor"}
 # the ladder's rungs, from the simplest vehicle to the real autopilots (deployment_study.autopilot_table's vehicles)
 LADDER = {"embedded": "point mass", "mujoco": "MuJoCo quadrotor", "ardupilot": "ArduCopter SITL", "px4": "PX4 SITL"}
-PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def read_study(folder: Path) -> dict[str, Any]:
@@ -131,20 +131,13 @@ def read_autopilot_table(folder: Path) -> dict[str, Any]:
     return data
 
 
-def policy_and_precision(policy: str) -> tuple[str, str]:
-    """('policy1_quadrotor', 'int8') from a model path such as models/policy1_quadrotor_int8.onnx."""
-    stem = Path(policy).stem
-    group, _, precision = stem.rpartition("_")
-    return (group, precision) if precision in PRECISIONS and group else (stem, "-")
-
-
 def ladder(tables: Mapping[Path, Mapping[str, Any]]) -> dict[str, Any]:
     """Per policy and precision, success on every rung of the ladder the tables flew (the same seeds on each):
     the first table that flew a rung gives it (the simulators' rows repeat in every table, equal)."""
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for table in tables.values():
         for r in table["rows"]:
-            group, precision = policy_and_precision(r["policy"])
+            group, precision = group_and_precision(r["policy"]) or (Path(r["policy"]).stem, "-")
             cell = cells.setdefault((group, precision), {"policy": label(group), "group": group,
                                                          "precision": precision, "rungs": {}})  # fmt: skip
             if r["vehicle"] in cell["rungs"]:

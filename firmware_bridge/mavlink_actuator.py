@@ -41,6 +41,7 @@ again.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -132,7 +133,7 @@ class MavlinkActuator(Actuator):
     def _on_message(self, msg: Any, now: float) -> None:
         if msg.get_type() == "GLOBAL_POSITION_INT":
             self.amsl_m = msg.alt / 1000.0
-            self.ground_speed = (((msg.vx / 100.0) ** 2 + (msg.vy / 100.0) ** 2) ** 0.5, now)
+            self.ground_speed = (math.hypot(msg.vx, msg.vy) / 100.0, now)  # cm/s
 
     def wait_heartbeat(self, timeout_s: float = 10.0) -> AutopilotState:
         """The autopilot's state once its heartbeat has been seen; MavlinkError after ``timeout_s``."""
