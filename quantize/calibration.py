@@ -8,6 +8,7 @@ seeds disjoint from training (10M+), training-time evaluation (1M+) and reported
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader
@@ -29,9 +30,11 @@ def collect_observations(
     max_samples: int | None = None,
     num_envs: int = 16,
     backend: str = "embedded",
+    dynamics: Any = None,
 ) -> np.ndarray:
     """Every observation the policy acted on in ``episodes`` seeded episodes (float32 [N, obs_dim]) on the
-    simulator ``backend``; a random subset of ``max_samples`` rows if given (seeded, so reproducible)."""
+    simulator ``backend`` with vehicle ``dynamics`` (None: the backend's own); a random subset of ``max_samples`` rows
+    if given (seeded, so reproducible)."""
     if episodes < 1:
         raise QuantizeError(f"calibration needs at least 1 episode, got {episodes}")
     seen: list[np.ndarray] = []
@@ -40,7 +43,9 @@ def collect_observations(
         seen.append(np.array(obs, dtype=np.float32, copy=True))
         return policy(obs)
 
-    for _ in run_episodes(recording_policy, cfg, episodes, seed, num_envs=min(num_envs, episodes), backend=backend):
+    for _ in run_episodes(
+        recording_policy, cfg, episodes, seed, num_envs=min(num_envs, episodes), backend=backend, dynamics=dynamics
+    ):
         pass
     obs = np.concatenate(seen)
     # run_episodes keeps stepping envs whose episode has ended (until all are done); after a collision

@@ -57,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="env level(s) for calibration and held-out agreement, pooled (default: the model's airq.level)",
     )
+    q.add_argument(
+        "--dynamics",
+        default=None,
+        help="vehicle dynamics TOML that calibration and held-out rollouts fly (default: the model's airq.dynamics, "
+        "the physics it trained on; 'nominal': the backend's own vehicle)",
+    )
     q.add_argument("--heldout-episodes", type=int, default=20, help="held-out rollouts for action agreement (0: skip)")
     q.add_argument("--format", dest="quant_format", choices=("qoperator", "qdq"), default=STATIC.quant_format)
     q.add_argument(
@@ -223,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             options=opts,
             distill=distill,
             distill_episodes=args.distill_episodes,
+            dynamics=args.dynamics,
         )
         print(report.line())
     elif args.command == "inspect":

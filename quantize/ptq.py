@@ -23,14 +23,14 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from nav_env.backends import backend_named
-from nav_env.config import N_STATE_FEATURES, camera_overrides_from_metadata, load_level
+from nav_env.backends import backend_named, dynamics_for
+from nav_env.config import N_STATE_FEATURES, ConfigError, camera_overrides_from_metadata, load_level
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, load_policy, save_atomic, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, Int8Scheme, StaticInt8Options  # noqa: F401 - re-exported
@@ -283,15 +283,34 @@ def resolve_levels(levels: list[str] | None, metadata: dict[str, str]) -> list[s
     return [metadata.get("airq.level") or "default"]
 
 
+NOMINAL_DYNAMICS = "nominal"  # --dynamics nominal: the backend's own vehicle, whatever the model trained on
+
+
+def calibration_dynamics(src: PolicyModel, backend: str, given: str | None) -> tuple[Any, str]:
+    """The vehicle dynamics calibration and held-out rollouts fly, and its file ("" for the backend's own): ``given``
+    (a dynamics TOML, or "nominal"), else the model's ``airq.dynamics``, the physics it trained on (its randomized
+    ranges included): calibrating on a vehicle the policy never flew puts its activation ranges elsewhere."""
+    path = given if given is not None else src.metadata.get("airq.dynamics", "")
+    if not path or path == NOMINAL_DYNAMICS:
+        return None, ""
+    try:
+        return dynamics_for(backend, path), str(path)
+    except ConfigError as e:
+        where = "--dynamics" if given is not None else f"{src.path}: airq.dynamics (the physics it trained on)"
+        raise QuantizeError(f"{where}: {e}; pass --dynamics FILE or --dynamics nominal") from None
+
+
 def collect_levels(
-    act, cfgs: list, episodes: int, seed: int, max_samples: int, backend: str = "embedded"
+    act, cfgs: list, episodes: int, seed: int, max_samples: int, backend: str = "embedded", dynamics: Any = None
 ) -> np.ndarray:
-    """``episodes`` seeded episodes on each level (on the simulator ``backend``), pooled; a seeded subset of
-    ``max_samples`` rows."""
+    """``episodes`` seeded episodes on each level (on the simulator ``backend`` with vehicle ``dynamics``), pooled; a
+    seeded subset of ``max_samples`` rows."""
     # deferred: onnxruntime (via quantize.calibration): ~0.2 s to import, paid only where used
     from quantize.calibration import collect_observations
 
-    obs = np.concatenate([collect_observations(act, cfg, episodes, seed, backend=backend) for cfg in cfgs])
+    obs = np.concatenate(
+        [collect_observations(act, cfg, episodes, seed, backend=backend, dynamics=dynamics) for cfg in cfgs]
+    )
     if len(obs) > max_samples:
         obs = obs[np.sort(np.random.default_rng(seed).choice(len(obs), max_samples, replace=False))]
     return obs
@@ -315,6 +334,7 @@ def distill_model(
     distill,
     weight_max: int,
     backend: str = "embedded",
+    dynamics: Any = None,
 ) -> tuple[onnx.ModelProto, dict]:
     """quantize.distill on observations of ``episodes`` fp32 episodes per level (seeds seed + j), the
     fp32 source's logits as targets; DAgger rounds fly the int8 model being trained."""
@@ -323,7 +343,7 @@ def distill_model(
     from quantize.distill import DAGGER_SEED, distill_static_int8
     from quantize.runtime import policy_fn, run_logits, session
 
-    obs = collect_levels(act, cfgs, episodes, seed, max_samples, backend)
+    obs = collect_levels(act, cfgs, episodes, seed, max_samples, backend, dynamics)
 
     def teacher(x: np.ndarray) -> np.ndarray:
         return run_logits(src_session, x)[1]
@@ -332,7 +352,9 @@ def distill_model(
         student = policy_fn(session(serialize(model)))
         return np.concatenate(
             [
-                collect_observations(student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r, backend=backend)
+                collect_observations(
+                    student, cfg, distill.dagger_episodes, DAGGER_SEED + 10_000 * r, backend=backend, dynamics=dynamics
+                )
                 for cfg in cfgs
             ]
         )
@@ -354,6 +376,7 @@ def quantize_file(
     distill: DistillOptions | None = None,
     distill_episodes: int = 1000,
     max_distill_samples: int = 200_000,
+    dynamics: str | None = None,
 ) -> PtqReport:
     """The ``ptq`` command: checks, calibrates (int8), quantizes, measures held-out action agreement
     against the source, writes metadata and saves atomically."""
@@ -425,9 +448,14 @@ def quantize_file(
     extra: dict = {"levels": ",".join(level_names)}
     if not backend.is_default:
         extra["backend"] = backend.name
+    vehicle, dynamics_source = calibration_dynamics(src, backend.name, dynamics)
+    if dynamics_source:
+        extra["calibration_dynamics"] = dynamics_source
     if target == "int8":
         opts = opts_in
-        obs = collect_levels(act, cfgs, calibration_episodes, calib_seed, max_calibration_samples, backend.name)
+        obs = collect_levels(
+            act, cfgs, calibration_episodes, calib_seed, max_calibration_samples, backend.name, vehicle
+        )
         out = quantize_static_int8(src, obs, opts)
         if distill is not None:
             out, distill_summary = distill_model(
@@ -441,6 +469,7 @@ def quantize_file(
                 distill,
                 INT8_SCHEMES[opts.scheme].weight_max,
                 backend.name,
+                vehicle,
             )
         scheme = INT8_SCHEMES[opts.scheme]
         method = (
@@ -529,7 +558,9 @@ def quantize_file(
             ) from None
         per_level, same = {}, []
         for name, cfg in zip(level_names, cfgs):
-            held = collect_levels(act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples, backend.name)
+            held = collect_levels(
+                act, [cfg], heldout_episodes, HELDOUT_SEED, max_calibration_samples, backend.name, vehicle
+            )
             q_actions, _ = run_logits(q_session, held)
             ref_actions, _ = run_logits(src_session, held)
             same.append(q_actions == ref_actions)
