@@ -56,7 +56,7 @@ from firmware_bridge.device import cpu_model
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from hil.loop import ControlLink, default_deadline_s, run_closed_loop
 from nav_env.backends import make_env
-from nav_env.config import ConfigError, camera_overrides, camera_overrides_from_metadata, load_level
+from nav_env.config import ConfigError, camera_overrides, load_level, observation_overrides_from_metadata
 from nav_env.stats import wilson_interval
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ def read_onnx_metadata(path: Path) -> dict[str, str]:
 def model_config(path: Path, level: str, camera: tuple[int, int] | None, max_steps: int | None):
     """The env config a model flies in: its level, its own camera size (or ``camera``)."""
     meta = read_onnx_metadata(path)
-    overrides = camera_overrides(camera) if camera else camera_overrides_from_metadata(meta)
+    overrides = camera_overrides(camera) if camera else observation_overrides_from_metadata(meta)
     if max_steps:
         overrides["task.max_steps"] = max_steps
     try:

@@ -247,7 +247,7 @@ class AutopilotNavEnv(TaskEnv):
         link_timeout_s: float = 3.0,
         connect_timeout_s: float = 120.0,
     ):
-        self.set_up_task(level, render_mode, config, overrides)
+        self.set_up_task(level, render_mode, config, overrides, senses_attitude=False)
         self.settle_speed_mps, self.settle_timeout_s = float(settle_speed_mps), float(settle_timeout_s)
         self.link_timeout_s = float(link_timeout_s)
         self.sim = BatchSim(self.cfg, 1)  # the virtual world: obstacles, camera, collisions, scoring

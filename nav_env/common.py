@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from nav_env.actions import DISCRETE_ACTIONS, N_DISCRETE_ACTIONS
-from nav_env.config import N_STATE_FEATURES, NavConfig, load_level
+from nav_env.config import N_STATE_FEATURES, ConfigError, NavConfig, load_level
 from nav_env.render import render_frame
 
 if TYPE_CHECKING:
@@ -35,9 +35,10 @@ def resolve_config(level: str, config: NavConfig | None, overrides: dict | None)
 
 def observation_space(cfg: NavConfig) -> spaces.Box:
     n_pix = cfg.camera.width * cfg.camera.height
-    low = np.zeros(n_pix + N_STATE_FEATURES, dtype=np.float32)
-    high = np.ones(n_pix + N_STATE_FEATURES, dtype=np.float32)
+    low = np.zeros(cfg.obs_dim, dtype=np.float32)
+    high = np.ones(cfg.obs_dim, dtype=np.float32)
     low[n_pix + 1 : n_pix + 7] = -1.0  # bearing sin/cos, body velocities, yaw rate
+    low[n_pix + N_STATE_FEATURES :] = -1.0  # roll, pitch, body rates (observation.attitude)
     return spaces.Box(low, high, dtype=np.float32)
 
 
@@ -176,11 +177,22 @@ class TaskEnv(gym.Env):
         return render_frame(self.cfg, self.sim, 0, np.array(self.trajectory))
 
     def set_up_task(
-        self, level: str, render_mode: str | None, config: NavConfig | None, overrides: dict | None
+        self,
+        level: str,
+        render_mode: str | None,
+        config: NavConfig | None,
+        overrides: dict | None,
+        senses_attitude: bool = True,
     ) -> None:
         """What a backend's ``__init__`` calls first: ``cfg`` (``config``, else the level's with ``overrides``; not
-        both), the render mode, the observation and action spaces and the goal-zone curriculum."""
+        both), the render mode, the observation and action spaces and the goal-zone curriculum. A backend that does
+        not read its vehicle's attitude (``senses_attitude`` False) refuses a level with ``observation.attitude``."""
         self.cfg = resolve_config(level, config, overrides)
+        if self.cfg.observation.attitude and not senses_attitude:
+            raise ConfigError(
+                f"{type(self).__name__} does not read the vehicle's attitude and body rates: fly a level without "
+                "observation.attitude"
+            )
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"unsupported render_mode {render_mode!r} (supported: 'rgb_array')")
         self.render_mode = render_mode

@@ -97,6 +97,13 @@ class CurriculumConfig:
 
 
 @dataclass(frozen=True)
+class ObservationConfig:
+    # the versioned observation: False is depth + the 8 state values; True appends the airframe's attitude and body
+    # rates (roll, pitch, p, q, r: N_ATTITUDE_FEATURES values after the 8), for a vehicle that tilts to accelerate
+    attitude: bool = False
+
+
+@dataclass(frozen=True)
 class NavConfig:
     level: str = "default"
     arena: ArenaConfig = field(default_factory=ArenaConfig)
@@ -106,16 +113,25 @@ class NavConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    observation: ObservationConfig = field(default_factory=ObservationConfig)
+
+    @property
+    def n_state(self) -> int:
+        """The state values after the depth image: 8, or 8 + N_ATTITUDE_FEATURES with ``observation.attitude``."""
+        return N_STATE_FEATURES + (N_ATTITUDE_FEATURES if self.observation.attitude else 0)
 
     @property
     def obs_dim(self) -> int:
-        return self.camera.width * self.camera.height + N_STATE_FEATURES
+        return self.camera.width * self.camera.height + self.n_state
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 N_STATE_FEATURES = 8
+N_ATTITUDE_FEATURES = 5  # roll, pitch (/ ATTITUDE_SCALE_RAD), body rates p, q, r (/ BODY_RATE_SCALE_RAD_S), in [-1, 1]
+ATTITUDE_SCALE_RAD = math.pi / 4  # 45 degrees, beyond the cascade's 35-degree tilt limit (docs/dynamics.md)
+BODY_RATE_SCALE_RAD_S = 4.0  # beyond the rate loop's 220 deg/s (3.84 rad/s) roll/pitch limit
 DEFAULT_CAMERA = (32, 32)  # (height, width) of every level's camera
 AIRLEARNING_CAMERA = (144, 256)  # (height, width): Air Learning's depth image
 
@@ -155,14 +171,30 @@ def camera_overrides(spec: str | tuple[int, int] | list[int], fov_deg: float = 9
     return overrides
 
 
-def camera_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
-    """The camera keys of a policy's ``airq.env_config`` metadata as level overrides ({} if absent),
-    so tools that rebuild a policy's env from its level name also get its camera size."""
+def observation_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, Any]:
+    """The keys of a policy's ``airq.env_config`` metadata that shape its observation (camera size, the attitude
+    values) as level overrides ({} if absent), so tools that rebuild a policy's env from its level name give it the
+    observation it takes."""
+    env = _env_config_of(metadata)
+    cam = env.get("camera") or {}
+    overrides = {f"camera.{k}": cam[k] for k in ("width", "height", "vfov_deg") if k in cam}
+    if (env.get("observation") or {}).get("attitude"):
+        overrides["observation.attitude"] = True
+    return overrides
+
+
+def state_size_of(metadata: dict[str, str]) -> int:
+    """How many state values follow the depth image in the observation of a policy with this metadata."""
+    attitude = (_env_config_of(metadata).get("observation") or {}).get("attitude")
+    return N_STATE_FEATURES + (N_ATTITUDE_FEATURES if attitude else 0)
+
+
+def _env_config_of(metadata: dict[str, str]) -> dict[str, Any]:
     try:
-        cam = json.loads(metadata.get("airq.env_config") or "{}").get("camera") or {}
-    except (ValueError, AttributeError):
+        env = json.loads(metadata.get("airq.env_config") or "{}")
+    except ValueError:
         return {}
-    return {f"camera.{k}": cam[k] for k in ("width", "height", "vfov_deg") if k in cam}
+    return env if isinstance(env, dict) else {}
 
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(NavConfig) if f.name != "level"}
@@ -174,6 +206,7 @@ _SECTION_CLASSES = {
     "task": TaskConfig,
     "reward": RewardConfig,
     "curriculum": CurriculumConfig,
+    "observation": ObservationConfig,
 }
 
 

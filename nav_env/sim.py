@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from nav_env.arena import Episode, slot_counts
-from nav_env.config import N_STATE_FEATURES, NavConfig
+from nav_env.config import ATTITUDE_SCALE_RAD, BODY_RATE_SCALE_RAD_S, N_STATE_FEATURES, NavConfig
 
 
 class DrawnPhysics(Protocol):
@@ -295,7 +295,8 @@ class BatchSim:
 
     # ------------------------------------------------------------------ sensing
     def observe(self, idx: np.ndarray | slice = slice(None), depth: np.ndarray | None = None) -> np.ndarray:
-        """Flat float32 observations for the envs in ``idx``: depth image rows, then 8 state features.
+        """Flat float32 observations for the envs in ``idx``: depth image rows, then 8 state features (then the
+        attitude features with ``observation.attitude``).
 
         ``depth`` (n, H, W), normalised planar depth from another simulator (the AirSim backend),
         replaces the ray-cast image; the level's camera noise is applied to it as to the ray-cast one.
@@ -320,7 +321,7 @@ class BatchSim:
         dist = np.linalg.norm(rel, axis=1)
         bearing = np.arctan2(rel[:, 1], rel[:, 0]) - yaw
         c, s = np.cos(yaw), np.sin(yaw)
-        feats = np.empty((len(yaw), N_STATE_FEATURES), dtype=np.float32)
+        feats = np.empty((len(yaw), self.cfg.n_state), dtype=np.float32)
         feats[:, 0] = np.minimum(dist / self.dist_scale, 1.0)
         feats[:, 1] = np.sin(bearing)
         feats[:, 2] = np.cos(bearing)
@@ -329,7 +330,19 @@ class BatchSim:
         feats[:, 5] = np.clip(vel[:, 2] / v.max_speed, -1, 1)
         feats[:, 6] = np.clip(self.yaw_rate[idx] / v.max_yaw_rate, -1, 1)
         feats[:, 7] = np.clip(pos[:, 2] / self.cfg.arena.ceiling, 0, 1)
+        if self.cfg.observation.attitude:
+            roll, pitch, rates = self.attitude(idx)
+            feats[:, 8] = np.clip(roll / ATTITUDE_SCALE_RAD, -1, 1)
+            feats[:, 9] = np.clip(pitch / ATTITUDE_SCALE_RAD, -1, 1)
+            feats[:, 10:13] = np.clip(rates / BODY_RATE_SCALE_RAD_S, -1, 1)
         return feats
+
+    def attitude(self, idx: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Roll and pitch (rad) and body rates p, q, r (rad/s, (n, 3)) of the envs in ``idx``: the kinematic vehicle
+        flies level, turning about its vertical axis only."""
+        yaw_rate = np.asarray(self.yaw_rate[idx], dtype=np.float64)
+        zeros = np.zeros_like(yaw_rate)
+        return zeros, zeros, np.stack([zeros, zeros, yaw_rate], axis=1)
 
     def depth(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Normalised planar depth images (n, H, W) in [0, 1].
@@ -865,7 +878,11 @@ class SingleSim(BatchSim):
         self._depth_one(image.reshape(self._shape), x, y, z, yaw)
         if self._noise:
             self._corrupt_one(image)
-        out[self._hw :] = self._features_one(x, y, z, yaw)
+        if self.cfg.observation.attitude:  # not the fast path: the batch code's attitude values after the 8
+            out[self._hw : self._hw + N_STATE_FEATURES] = self._features_one(x, y, z, yaw)
+            out[self._hw + N_STATE_FEATURES :] = self.state_features()[0, N_STATE_FEATURES:]
+        else:
+            out[self._hw :] = self._features_one(x, y, z, yaw)
         return out
 
     def _features_one(self, x: float, y: float, z: float, yaw: float) -> tuple[float, ...]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from policies.config import TRAIN_SEED_BASE, TrainConfig
 from policies.errors import UserError
 from policies.presets import get_preset
@@ -125,7 +127,8 @@ def warm_start(model, source: str) -> None:
 
 def _warm_start_from_onnx(model, src: Path) -> None:
     """The actor's Linear layers from an fp32 ONNX export (policies.export: Gemm nodes with transB=1, weights
-    (out, in) as torch keeps them), in graph order: the body's layers, then the head."""
+    (out, in) as torch keeps them), in graph order: the body's layers, then the head. A source with fewer inputs
+    than the actor gets zero weights for the extra ones (the observation's last values)."""
     # deferred: onnx, torch: seconds to import
     import onnx
     import torch
@@ -143,8 +146,12 @@ def _warm_start_from_onnx(model, src: Path) -> None:
     if len(layers) != len(gemms):
         raise UserError(f"init_from {src}: {len(gemms)} layers, the preset's actor has {len(layers)}")
     with torch.no_grad():
-        for layer, node in zip(layers, gemms):
+        for i, (layer, node) in enumerate(zip(layers, gemms)):
             w, b = weights[node.input[1]].copy(), weights[node.input[2]].copy()
+            if i == 0 and w.shape[0] == layer.weight.shape[0] and w.shape[1] < layer.weight.shape[1]:
+                # an observation that gained values at its end (nav_env's observation.attitude): the new inputs start
+                # at zero weight, so the warm-started actor acts as the source did until training moves them
+                w = np.pad(w, ((0, 0), (0, layer.weight.shape[1] - w.shape[1])))
             if tuple(w.shape) != tuple(layer.weight.shape):
                 raise UserError(
                     f"init_from {src}: layer {node.input[1]} is {w.shape}, the preset's is {tuple(layer.weight.shape)}"

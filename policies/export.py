@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from airq_cli import ArgumentParser, output_file, run, write_atomic
 from nav_env import env_id as level_env_id
 from nav_env.actions import N_DISCRETE_ACTIONS, action_table_rows
-from nav_env.config import load_level
+from nav_env.config import ATTITUDE_SCALE_RAD, BODY_RATE_SCALE_RAD_S, load_level
 from nav_env.rollout import run_episodes, summarize
 from policies.config import EVAL_SEED_BASE, RUN_CHECKPOINTS
 from policies.errors import UserError
@@ -36,11 +36,17 @@ MAX_IR_VERSION = 10  # onnxruntime <= 1.31 rejects newer IRs (the locked 1.32.0 
 
 def observation_layout(cfg) -> str:
     w, h = cfg.camera.width, cfg.camera.height
-    return (
-        f"float32[{w * h + 8}]: [0:{w * h}] depth {h}x{w} row-major from top-left, /max_range {cfg.camera.max_range} m, "
-        f"in [0,1]; [{w * h}:{w * h + 8}] goal distance/arena diagonal, sin, cos of goal bearing (ccw from nose), "
+    layout = (
+        f"float32[{cfg.obs_dim}]: [0:{w * h}] depth {h}x{w} row-major from top-left, /max_range {cfg.camera.max_range} "
+        f"m, in [0,1]; [{w * h}:{w * h + 8}] goal distance/arena diagonal, sin, cos of goal bearing (ccw from nose), "
         f"forward, left, up velocity/max_speed, yaw rate/max_yaw_rate, altitude/ceiling"
     )
+    if cfg.observation.attitude:
+        layout += (
+            f"; [{w * h + 8}:{cfg.obs_dim}] roll, pitch/{ATTITUDE_SCALE_RAD:.4f} rad, body rates p, q, r/"
+            f"{BODY_RATE_SCALE_RAD_S} rad/s"
+        )
+    return layout
 
 
 def actor_to_onnx_bytes(actor: DiscreteActor) -> bytes:

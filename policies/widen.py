@@ -44,8 +44,8 @@ from nav_env.config import (  # noqa: E402
     N_STATE_FEATURES,
     ConfigError,
     camera_overrides,
-    camera_overrides_from_metadata,
     load_level,
+    observation_overrides_from_metadata,
     parse_camera,
 )
 from nav_env.rollout import episode_outcome, run_episodes, summarize  # noqa: E402
@@ -265,8 +265,8 @@ def check_large_policy(
     big_sess, src_sess = _session(model, threads), _session(source, threads)
     big_meta = dict(big_sess.get_modelmeta().custom_metadata_map)
     src_meta = dict(src_sess.get_modelmeta().custom_metadata_map)
-    big_cfg = load_level(level, camera_overrides_from_metadata(big_meta))
-    src_cfg = load_level(level, camera_overrides_from_metadata(src_meta))
+    big_cfg = load_level(level, observation_overrides_from_metadata(big_meta))
+    src_cfg = load_level(level, observation_overrides_from_metadata(src_meta))
     for sess, cfg, p in ((big_sess, big_cfg, model), (src_sess, src_cfg, source)):
         if sess.get_inputs()[0].shape[1] != cfg.obs_dim:
             raise UserError(

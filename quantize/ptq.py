@@ -30,7 +30,7 @@ import onnx
 from onnx import numpy_helper
 
 from nav_env.backends import backend_named, dynamics_for
-from nav_env.config import N_STATE_FEATURES, ConfigError, camera_overrides_from_metadata, load_level
+from nav_env.config import ConfigError, load_level, observation_overrides_from_metadata, state_size_of
 from quantize.errors import QuantizeError
 from quantize.model_io import QUANT_PREFIX, PolicyModel, json_compact, load_policy, save_atomic, serialize, set_metadata
 from quantize.options import INT8_SCHEMES, Int8Scheme, StaticInt8Options  # noqa: F401 - re-exported
@@ -108,7 +108,7 @@ def quantize_static_int8(src: PolicyModel, calibration_obs: np.ndarray, opts: St
         raise QuantizeError("calibration produced no observations")
     prepared = prepared_copy(src.model)
     if opts.split_input:
-        split_first_layer(prepared, src.obs_dim - N_STATE_FEATURES)
+        split_first_layer(prepared, src.obs_dim - state_size_of(src.metadata))
     last = logits_layer(prepared) if opts.keep_last_layer_fp32 else None
     fmt = {"qoperator": QuantFormat.QOperator, "qdq": QuantFormat.QDQ}[opts.quant_format]
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}[opts.calibrate_method]
@@ -423,7 +423,7 @@ def quantize_file(
     probe = load_policy(model_path)
     level_names = resolve_levels(levels, probe.metadata)
     # the model's own camera size (a widened model: policies.widen), else the level's
-    cfgs = [load_level(name, camera_overrides_from_metadata(probe.metadata) or None) for name in level_names]
+    cfgs = [load_level(name, observation_overrides_from_metadata(probe.metadata) or None) for name in level_names]
     src = load_policy(model_path, expected_obs_dim=cfgs[0].obs_dim)
     for name, cfg in zip(level_names, cfgs):
         if cfg.obs_dim != src.obs_dim:
@@ -472,6 +472,7 @@ def quantize_file(
                 vehicle,
             )
         scheme = INT8_SCHEMES[opts.scheme]
+        n_depth = src.obs_dim - state_size_of(src.metadata)  # where the first layer splits depth from state
         method = (
             f"onnxruntime static int8 {opts.quant_format.upper()}, scheme {opts.scheme}: {scheme.description}, "
             f"{'per-channel' if opts.per_channel else 'per-tensor'} weights, activations calibrated ({opts.calibrate_method})"
@@ -497,9 +498,7 @@ def quantize_file(
             if scheme.weight_type == "QInt8"
             else "[0, 255]",
             "calibrate_method": opts.calibrate_method,
-            "input_split": f"obs[:{src.obs_dim - N_STATE_FEATURES}] | obs[{src.obs_dim - N_STATE_FEATURES}:]"
-            if opts.split_input
-            else "none",
+            "input_split": f"obs[:{n_depth}] | obs[{n_depth}:]" if opts.split_input else "none",
             "fp32_layers": json_compact([logits_layer(prepared_copy(src.model))] if opts.keep_last_layer_fp32 else []),
         }
         if opts.use_float_split_sum:  # only when used: keeps the other artifacts' metadata as it was

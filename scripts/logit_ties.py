@@ -46,7 +46,7 @@ def top2_tied(logits: np.ndarray) -> np.ndarray:
 
 
 def measure(policy: str, tmp: Path) -> str:
-    from nav_env.config import camera_overrides_from_metadata, load_level
+    from nav_env.config import load_level, observation_overrides_from_metadata
     from quantize.bench import bench
     from quantize.calibration import HELDOUT_SEED
     from quantize.model_io import load_policy
@@ -74,7 +74,7 @@ def measure(policy: str, tmp: Path) -> str:
     src = load_policy(fp32_path)
     fp32_session = session(src.data)
     cfgs = [
-        load_level(name, camera_overrides_from_metadata(src.metadata) or None)
+        load_level(name, observation_overrides_from_metadata(src.metadata) or None)
         for name in resolve_levels(None, src.metadata)
     ]
     held = collect_levels(policy_fn(fp32_session), cfgs, HELDOUT_EPISODES, HELDOUT_SEED, 20_000)

@@ -89,7 +89,7 @@ class AirSimNavEnv(TaskEnv):
         episode_fn: Callable[[np.random.Generator, NavConfig, int | None], Episode] | None = None,
         scene: Scene | dict | str | None = None,
     ):
-        self.set_up_task(level, render_mode, config, overrides)
+        self.set_up_task(level, render_mode, config, overrides, senses_attitude=False)
         if depth_type not in DEPTH_TYPES:
             raise ValueError(f"depth_type must be one of {DEPTH_TYPES}, got {depth_type!r}")
         if len(origin) != 3 or not all(math.isfinite(float(o)) for o in origin):

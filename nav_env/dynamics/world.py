@@ -381,6 +381,14 @@ class MujocoSim(BatchSim):
     def collided(self) -> np.ndarray:
         return self.hit.copy()
 
+    def attitude(self, idx: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Roll and pitch (rad, ZYX Euler angles of the body) and body rates p, q, r (rad/s, (n, 3): the free joint's
+        angular velocity, which MuJoCo keeps in the body frame) of the envs in ``idx``."""
+        rot = self.rot[idx]
+        roll = np.arctan2(rot[:, 2, 1], rot[:, 2, 2])
+        pitch = -np.arcsin(np.clip(rot[:, 2, 0], -1.0, 1.0))
+        return roll, pitch, np.array(self._qvel[idx, 3:6])
+
     # ------------------------------------------------------------------ sensing
     def depth(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         envs = np.arange(self.n)[idx]

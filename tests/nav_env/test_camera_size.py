@@ -8,8 +8,8 @@ from nav_env.config import (
     AIRLEARNING_CAMERA,
     ConfigError,
     camera_overrides,
-    camera_overrides_from_metadata,
     load_level,
+    observation_overrides_from_metadata,
     parse_camera,
 )
 from nav_env.env import NavEnv
@@ -50,8 +50,8 @@ def test_metadata_round_trip():
 
     cfg = load_level("default", BIG)
     meta = {"airq.env_config": json.dumps(cfg.to_dict())}
-    assert load_level("default", camera_overrides_from_metadata(meta)).camera == cfg.camera
-    assert camera_overrides_from_metadata({}) == {}
+    assert load_level("default", observation_overrides_from_metadata(meta)).camera == cfg.camera
+    assert observation_overrides_from_metadata({}) == {}
 
 
 def test_large_observation_shape_and_bounds():

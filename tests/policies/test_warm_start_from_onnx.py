@@ -3,6 +3,8 @@ model does (what the quadrotor policies start from: models/policy1_mujoco_fp32.o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -12,6 +14,8 @@ from policies.actor import actor_from_model
 from policies.builders import build_model, make_vec_env, warm_start
 from policies.config import TrainConfig
 from policies.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fresh_model(policy: str):
@@ -43,3 +47,20 @@ def test_an_onnx_model_of_another_preset_or_precision_is_a_one_line_error(tiny_o
     quantize_dynamic(str(tiny_onnx), str(int8), weight_type=QuantType.QInt8)
     with pytest.raises(UserError, match="not an fp32 airq export"):
         warm_start(fresh_model("policy1"), str(int8))
+
+
+def test_an_actor_with_the_attitude_observation_starts_as_the_model_it_warm_starts_from(tiny_onnx):
+    cfg = TrainConfig(
+        policy="policy1", level=str(REPO / "configs/levels/default_attitude.toml"), num_envs=2, n_steps=128,
+        batch_size=256, progress=False,
+    )  # fmt: skip
+    model = build_model(cfg, make_vec_env(cfg), tb_dir=None)
+    warm_start(model, str(tiny_onnx))
+    rng = np.random.default_rng(1)
+    obs = rng.random((64, 1032), dtype=np.float32)
+    attitude = rng.uniform(-1, 1, (64, 5)).astype(np.float32)  # the 5 new inputs: zero weight, no effect yet
+    session = ort.InferenceSession(str(tiny_onnx), providers=["CPUExecutionProvider"])
+    logits = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"obs": obs})))["logits"]
+    with torch.no_grad():
+        _, ours = actor_from_model(model)(torch.as_tensor(np.hstack([obs, attitude])))
+    np.testing.assert_allclose(ours.numpy(), logits, rtol=1e-5, atol=1e-5)

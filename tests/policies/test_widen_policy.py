@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from nav_env.config import camera_overrides, camera_overrides_from_metadata, load_level
+from nav_env.config import camera_overrides, load_level, observation_overrides_from_metadata
 from nav_env.env import NavEnv
 from policies.errors import run_cli
 from policies.widen import main as widen_main
@@ -103,7 +103,7 @@ def test_widened_equals_source_on_downsampled_observation(tmp_path):
     assert meta["airq.obs_dim"] == "36872"
     assert meta["airq.widen.source_sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
     assert meta["airq.widen.camera"] == "144x256" and meta["airq.precision"] == "fp32"
-    assert load_level("default", camera_overrides_from_metadata(meta)).obs_dim == 36872
+    assert load_level("default", observation_overrides_from_metadata(meta)).obs_dim == 36872
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,113 @@
+"""The versioned observation (``[observation] attitude = true``): roll, pitch and body rates after the 8 state
+values, from the rigid body on the mujoco backend, level on the point mass; the episodes are the same either way."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nav_env import NavEnv
+from nav_env.actions import ACTION_NAMES
+from nav_env.arena import make_episode
+from nav_env.common import observation_space
+from nav_env.config import (
+    ATTITUDE_SCALE_RAD,
+    BODY_RATE_SCALE_RAD_S,
+    N_ATTITUDE_FEATURES,
+    ConfigError,
+    load_level,
+    observation_overrides_from_metadata,
+    state_size_of,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ATTITUDE = {"observation.attitude": True}
+FWD5 = ACTION_NAMES.index("forward 5")
+
+
+def test_off_by_default_and_five_values_more_when_on():
+    plain, versioned = load_level("default"), load_level("default", ATTITUDE)
+    assert plain.obs_dim == 32 * 32 + 8 and versioned.obs_dim == plain.obs_dim + N_ATTITUDE_FEATURES == 1037
+    space = observation_space(versioned)
+    assert space.shape == (1037,) and np.all(space.low[-5:] == -1.0) and np.all(space.high[-5:] == 1.0)
+    with pytest.raises(ConfigError, match="attitude"):
+        load_level("default", {"observation.attitude": "yes"})
+
+
+@pytest.mark.parametrize("level", ["default", "hard"])
+def test_the_experiment_levels_are_the_shipped_ones_with_the_attitude(level):
+    path = REPO / "configs" / "levels" / f"{level}_attitude.toml"
+    assert load_level(path) == load_level(level, ATTITUDE)
+    assert tomllib.loads(path.read_text())["observation"] == {"attitude": True}
+
+
+def open_arena(backend: str, attitude: bool) -> NavEnv:
+    env = NavEnv("easy", backend=backend, overrides=ATTITUDE if attitude else None)
+    env.reset(options={"episode": make_episode(env.cfg, start=(3.0, 15.0), goal=(28.0, 25.0))})
+    return env
+
+
+@pytest.mark.parametrize("backend", ["embedded", "mujoco"])
+def test_the_same_episode_with_or_without_the_attitude(backend):
+    plain, versioned = open_arena(backend, False), open_arena(backend, True)
+    for action in [FWD5] * 8 + [ACTION_NAMES.index("yaw left 90")] * 4:
+        a, *_ = plain.step(action)
+        b, *_ = versioned.step(action)
+        assert np.array_equal(a, b[:-N_ATTITUDE_FEATURES])  # the first 1032 values, bit for bit
+
+
+def test_the_point_mass_flies_level_and_turns_about_its_vertical_axis():
+    env = open_arena("embedded", True)
+    for _ in range(3):
+        obs, *_ = env.step(ACTION_NAMES.index("yaw left 90"))
+    roll, pitch, p, q, r = obs[-5:]
+    assert roll == pitch == p == q == 0.0
+    assert r == pytest.approx(np.clip(env.sim.yaw_rate[0] / BODY_RATE_SCALE_RAD_S, -1, 1)) and r > 0.1
+
+
+def test_the_quadrotor_pitches_nose_down_to_speed_up_and_its_rates_say_so():
+    env = open_arena("mujoco", True)
+    obs, *_ = env.step(FWD5)
+    roll, pitch, p, q, r = obs[-5:]
+    true_pitch = math.asin(-env.sim.rot[0, 2, 0])  # nose down positive
+    assert pitch == pytest.approx(true_pitch / ATTITUDE_SCALE_RAD, abs=1e-6)
+    assert math.degrees(true_pitch) > 3.0 and abs(roll) < 0.02
+    # the body rate about the lateral axis is the angular velocity MuJoCo integrates: its sign is the pitch's change
+    before = true_pitch
+    sim = env.sim
+    sim.step(np.array([[5.0, 0.0, 0.0, 0.0]]), period=np.array([sim.h]))
+    after = math.asin(-sim.rot[0, 2, 0])
+    q_now = sim.attitude(slice(None))[2][0, 1]
+    assert np.sign(after - before) == np.sign(q_now) and abs(after - before) == pytest.approx(
+        abs(q_now) * sim.h, rel=0.3
+    )
+
+
+def test_it_rolls_left_side_down_to_speed_up_to_the_left():
+    env = open_arena("mujoco", True)
+    obs, *_ = env.step(ACTION_NAMES.index("diagonal left 60"))
+    roll = obs[-5] * ATTITUDE_SCALE_RAD
+    assert math.degrees(roll) < -3.0  # the left side goes down: a roll to the right is positive
+
+
+def test_the_metadata_carries_the_observation_to_tools_that_rebuild_the_env():
+    meta = {"airq.env_config": json.dumps(load_level("hard", ATTITUDE).to_dict())}
+    assert observation_overrides_from_metadata(meta)["observation.attitude"] is True
+    assert load_level("hard", observation_overrides_from_metadata(meta)).obs_dim == 1037
+    assert state_size_of(meta) == 13 and state_size_of({}) == 8
+
+
+@pytest.mark.parametrize("module", ["nav_env.autopilot:AutopilotNavEnv", "nav_env.airsim.env:AirSimNavEnv"])
+def test_backends_that_do_not_read_the_attitude_refuse_it_in_one_line(module):
+    mod, cls = module.split(":")
+    env_cls = getattr(importlib.import_module(mod), cls)
+    kwargs = {"telemetry": "udpin:127.0.0.1:1"} if "autopilot" in mod else {}
+    with pytest.raises(ConfigError, match="does not read the vehicle's attitude") as err:
+        env_cls("default", overrides=ATTITUDE, **kwargs)
+    assert "\n" not in str(err.value)
