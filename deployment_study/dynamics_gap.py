@@ -78,6 +78,9 @@ class Cell:
     collision: list[bool]
     flight_time_s: list[float]
     wall_s: float
+    # the airframe's tilt per episode (mean and largest over its control periods, deg); empty on the point mass
+    tilt_mean_deg: list[float] = field(default_factory=list)
+    tilt_max_deg: list[float] = field(default_factory=list)
 
 
 def _cell_path(out: Path, key: dict[str, Any]) -> Path:
@@ -94,8 +97,10 @@ def fly(
            "seed": seed, "tau": tau, "delay_ms": delay_ms}  # fmt: skip
     # a cell's simulator is its backend, a variant after "-" (embedded-fitted: the embedded vehicle, the fitted tau)
     backend = get_backend(simulator.split("-")[0])
-    if backend.dynamics_config and dynamics is not None:
-        key["dynamics"] = {"path": dynamics, "sha256": _sha256(dynamics)}
+    if backend.dynamics_config:
+        key["records"] = ["tilt"]  # a cell saved before the tilt was recorded is flown again
+        if dynamics is not None:
+            key["dynamics"] = {"path": dynamics, "sha256": _sha256(dynamics)}
     path = _cell_path(out, key)
     if path.is_file():
         return Cell(**json.loads(path.read_text())["cell"])
@@ -122,6 +127,8 @@ def fly(
         model=model, level=level, simulator=simulator, delay_ms=delay_ms, tau_s=tau,
         success=[r.success for r in results], collision=[r.outcome == "collision" for r in results],
         flight_time_s=[float(r.flight_time or 0.0) for r in results], wall_s=round(time.perf_counter() - t0, 1),
+        tilt_mean_deg=[r.tilt["mean_deg"] for r in results if r.tilt is not None],
+        tilt_max_deg=[r.tilt["max_deg"] for r in results if r.tilt is not None],
     )  # fmt: skip
     write_json(path, {"key": key, "cell": asdict(cell)})
     return cell
@@ -129,6 +136,14 @@ def fly(
 
 def _sha256(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def tilt_of(cell: Cell) -> dict[str, float | None]:
+    """The cell's tilt over its episodes: the mean of each episode's mean and of each episode's largest (deg); None
+    on the point mass, which flies level."""
+    if not cell.tilt_mean_deg:
+        return {"tilt_mean_deg": None, "tilt_max_deg": None}
+    return {"tilt_mean_deg": float(np.mean(cell.tilt_mean_deg)), "tilt_max_deg": float(np.mean(cell.tilt_max_deg))}
 
 
 def compare(first: Cell, second: Cell) -> dict[str, Any]:
@@ -139,9 +154,9 @@ def compare(first: Cell, second: Cell) -> dict[str, Any]:
     n = len(a)
     return {
         "first": {"success": float(a.mean()), "ci95": wilson_interval(int(a.sum()), n),
-                  "collision": float(np.mean(first.collision))},
+                  "collision": float(np.mean(first.collision)), **tilt_of(first)},
         "second": {"success": float(b.mean()), "ci95": wilson_interval(int(b.sum()), n),
-                   "collision": float(np.mean(second.collision))},
+                   "collision": float(np.mean(second.collision)), **tilt_of(second)},
         "paired": paired_difference(a, b),
         "both_reach_goal": int(both.sum()),
         "time_to_goal_s": [float(t1.mean()), float(t2.mean())] if both.any() else None,
@@ -280,15 +295,23 @@ def render_markdown(r: dict[str, Any]) -> str:
             "",
             "Latency sweep (level default; every action lands the delay late, nav_env's latency contract):",
             "",
-            "| model | delay (ms) | embedded | mujoco | mujoco - embedded (95% CI) |",
-            "|---|---|---|---|---|",
+            "| model | delay (ms) | embedded | mujoco | mujoco - embedded (95% CI) | collisions emb. / mujoco | "
+            "mujoco tilt: mean / largest per episode (deg) |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in r["sweep"]:
             c = row["compare"]
             pd = c["paired"]
+            quad = c["second"]
+            tilt = (
+                f"{quad['tilt_mean_deg']:.1f} / {quad['tilt_max_deg']:.1f}"
+                if quad.get("tilt_mean_deg") is not None
+                else "-"
+            )
             lines.append(
                 f"| {row['model']} | {row['delay_ms']:g} | {_pct(c['first']['success'])} | "
-                f"{_pct(c['second']['success'])} | {pd['diff']:+.1%} ({pd['low']:+.1%} to {pd['high']:+.1%}) |"
+                f"{_pct(c['second']['success'])} | {pd['diff']:+.1%} ({pd['low']:+.1%} to {pd['high']:+.1%}) | "
+                f"{_pct(c['first']['collision'])} / {_pct(quad['collision'])} | {tilt} |"
             )
     lines += ["", f"Wall time {r['wall_s'] / 60:.1f} min (cells flown in earlier runs are read back, not timed)."]
     return "\n".join(lines) + "\n"

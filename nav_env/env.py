@@ -122,7 +122,9 @@ class NavEnv(TaskEnv):
     setpoint between actions; obstacles are MuJoCo geoms, the depth image is ray cast by MuJoCo at the
     camera's pose (tilting with the airframe unless gimballed), collisions are MuJoCo contacts, and the
     latency contract above holds with setpoints taking over at the physics step (4 ms) at or after their
-    arrival. Spaces, levels, seeds, rewards and ``info`` are the same; ``dynamics`` (a
+    arrival. Spaces, levels, seeds, rewards and ``info`` are the same, ``info`` adding ``tilt`` (the airframe's
+    largest and mean tilt from vertical this episode, ``max_deg`` and ``mean_deg``, sampled at the end of each
+    control period) and, where the dynamics randomize, ``physics``; ``dynamics`` (a
     :class:`nav_env.dynamics.config.DynamicsConfig` or a TOML path) configures the airframe and the
     controller (``nav_env/dynamics/iris.toml``; docs/dynamics.md).
 

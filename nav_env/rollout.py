@@ -31,6 +31,7 @@ class EpisodeResult:
     straight_distance: float  # from the start to the edge of the goal's success radius
     flight_time: float | None = None  # simulated seconds (None: a row recorded before it was kept)
     physics: dict[str, float] | None = None  # what the episode flew, where the dynamics randomize it
+    tilt: dict[str, float] | None = None  # the airframe's max_deg and mean_deg tilt, where the vehicle tilts
 
     @property
     def success(self) -> bool:
@@ -94,6 +95,7 @@ def run_episodes(
                 straight_distance=float(info["start_distance"][i]) - cfg.task.success_radius,
                 flight_time=float(info["flight_time"][i]),
                 physics={k: float(v[i]) for k, v in info["physics"].items()} if "physics" in info else None,
+                tilt={k: float(v[i]) for k, v in info["tilt"].items()} if "tilt" in info else None,
             )
             returns[i] = 0.0
             if next_episode < episodes:
@@ -145,10 +147,12 @@ def summarize(results: list[EpisodeResult]) -> dict:
 
 
 def episode_row(result: EpisodeResult) -> dict:
-    """An episode as a dict (a report's or a run log's row); ``physics`` only where the episode drew its physics."""
+    """An episode as a dict (a report's or a run log's row); ``physics`` only where the episode drew its physics,
+    ``tilt`` only where the vehicle tilts."""
     row = asdict(result)
-    if row["physics"] is None:
-        del row["physics"]
+    for key in ("physics", "tilt"):
+        if row[key] is None:
+            del row[key]
     return row
 
 
@@ -158,6 +162,10 @@ def as_rows(results: list[EpisodeResult]) -> list[dict]:
 
 
 def flat_row(row: dict) -> dict:
-    """An :func:`as_rows` row with its ``physics`` as ``physics_<name>`` columns (a CSV row)."""
-    physics = row.get("physics") or {}
-    return {k: v for k, v in row.items() if k != "physics"} | {f"physics_{k}": v for k, v in physics.items()}
+    """An :func:`as_rows` row with its ``physics`` and ``tilt`` as ``physics_<name>`` and ``tilt_<name>`` columns
+    (a CSV row)."""
+    nested = {"physics", "tilt"}
+    flat = {k: v for k, v in row.items() if k not in nested}
+    for key in sorted(nested):
+        flat |= {f"{key}_{k}": v for k, v in (row.get(key) or {}).items()}
+    return flat

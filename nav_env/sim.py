@@ -287,10 +287,18 @@ class BatchSim:
         physics = self.episode_physics()
         if physics is not None:
             info["physics"] = physics.record(i)
+        tilt = self.episode_tilt()
+        if tilt is not None:
+            info["tilt"] = {k: float(v[i]) for k, v in tilt.items()}
         return info
 
     def episode_physics(self) -> DrawnPhysics | None:
         """The physics each env's episode drew (a simulator whose dynamics randomize; None: nothing drawn)."""
+        return None
+
+    def episode_tilt(self) -> dict[str, np.ndarray] | None:
+        """Each env's airframe tilt this episode, ``max_deg`` and ``mean_deg`` arrays (a simulator whose vehicle
+        tilts; None: the point mass flies level)."""
         return None
 
     # ------------------------------------------------------------------ sensing

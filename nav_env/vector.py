@@ -41,8 +41,9 @@ class NavVectorEnv(VectorEnv):
     ``DISABLED`` (reset envs yourself with ``reset(seed=..., options={"reset_mask": mask})``).
 
     ``info`` holds arrays of length ``num_envs`` for ``is_success``, ``collision``,
-    ``distance_to_goal``, ``start_distance``, ``path_length``, ``steps`` and ``zone``; on the step
-    that ends an episode they describe that episode.
+    ``distance_to_goal``, ``start_distance``, ``path_length``, ``steps``, ``flight_time`` and ``zone`` (the
+    ``mujoco`` backend adds ``tilt``, a dict of ``max_deg`` and ``mean_deg`` arrays, and ``physics`` where it
+    randomizes); on the step that ends an episode they describe that episode.
 
     ``backend`` and ``dynamics``: the simulator, as for ``NavEnv`` (## Backends); ``mujoco`` flies every env in
     one MuJoCo model, its flight controller vectorized over them.
@@ -173,6 +174,9 @@ class NavVectorEnv(VectorEnv):
         physics = s.episode_physics()
         if physics is not None:  # what each env flew this step (copied before any autoreset draws anew)
             info["physics"], info["_physics"] = physics.arrays(), self._all
+        tilt = s.episode_tilt()
+        if tilt is not None:  # the airframe's largest and mean tilt so far this episode (deg)
+            info["tilt"], info["_tilt"] = tilt, self._all
         return info
 
     def render(self) -> list[np.ndarray] | None:  # type: ignore[override]  # one RGB frame per env

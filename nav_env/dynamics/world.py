@@ -105,6 +105,10 @@ class MujocoSim(BatchSim):
         self.wind = np.zeros((n, 3))  # steady wind, world frame
         self.gust = np.zeros((n, 3))
         self.rot = np.tile(np.eye(3), (n, 1, 1))  # body-to-world rotations, current
+        # the airframe's tilt (angle of its z axis from vertical) at the end of each control period this episode
+        self.tilt_max_deg = np.zeros(n)
+        self.tilt_sum_deg = np.zeros(n)
+        self.tilt_samples = np.zeros(n, dtype=np.int64)
         self._all_active = np.ones(n, dtype=bool)
         self._wrench = np.zeros((n, 6))
         self._keep_cyl = np.ones((n, kc), dtype=bool)
@@ -202,6 +206,8 @@ class MujocoSim(BatchSim):
         )
         self.clock_lead[idx] = 0.0
         self.hit[idx] = False
+        self.tilt_max_deg[idx] = self.tilt_sum_deg[idx] = 0.0
+        self.tilt_samples[idx] = 0
         mujoco.mj_kinematics(self.model, self.data)
 
     def _place_obstacles(self, i: int) -> None:
@@ -307,6 +313,10 @@ class MujocoSim(BatchSim):
             share = periods / dt
         self._fly(starts, setpoints, periods)
         self._read_state()
+        tilt = np.degrees(np.arccos(np.clip(self.rot[:, 2, 2], -1.0, 1.0)))
+        np.maximum(self.tilt_max_deg, tilt, out=self.tilt_max_deg)
+        self.tilt_sum_deg += tilt
+        self.tilt_samples += 1
         after = self._qpos[:, 0:3] - self.offset
         self.track(after - self.pos, None if isinstance(share, float) else periods)
         self.pos[:] = after  # exact, not the sum of the track's rounding
@@ -431,6 +441,13 @@ class MujocoSim(BatchSim):
         elif not self.randomized and (cam.noise_std > 0 or cam.dropout > 0):
             self.add_camera_noise(depth, idx)
         return depth
+
+    def episode_tilt(self) -> dict[str, np.ndarray]:
+        """Each env's tilt this episode so far: the largest and the mean over the ends of its control periods (deg)."""
+        return {
+            "max_deg": self.tilt_max_deg.copy(),
+            "mean_deg": self.tilt_sum_deg / np.maximum(self.tilt_samples, 1),
+        }
 
     def episode_physics(self) -> EpisodePhysics | None:
         """What each env flies this episode when the dynamics randomize it (None: the nominal airframe)."""

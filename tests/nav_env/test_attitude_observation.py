@@ -25,6 +25,7 @@ from nav_env.config import (
     observation_overrides_from_metadata,
     state_size_of,
 )
+from nav_env.rollout import episode_row, flat_row, run_episodes
 
 REPO = Path(__file__).resolve().parents[2]
 ATTITUDE = {"observation.attitude": True}
@@ -111,3 +112,30 @@ def test_backends_that_do_not_read_the_attitude_refuse_it_in_one_line(module):
     with pytest.raises(ConfigError, match="does not read the vehicle's attitude") as err:
         env_cls("default", overrides=ATTITUDE, **kwargs)
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ the tilt each episode reports
+
+
+def test_each_quadrotor_episode_reports_its_largest_and_mean_tilt_and_the_point_mass_none():
+    dash = open_arena("mujoco", False)
+    for _ in range(10):
+        _, _, _, _, info = dash.step(FWD5)
+    hover = open_arena("mujoco", False)
+    for _ in range(10):
+        _, _, _, _, still = hover.step(ACTION_NAMES.index("hover"))
+    assert info["tilt"]["max_deg"] > 10.0 and 0.0 < info["tilt"]["mean_deg"] <= info["tilt"]["max_deg"]
+    assert still["tilt"]["max_deg"] < 1.0
+    assert info["tilt"]["max_deg"] >= math.degrees(math.acos(min(1.0, dash.sim.rot[0, 2, 2])))  # the last one
+    _, _, _, _, point_mass = open_arena("embedded", False).step(FWD5)
+    assert "tilt" not in point_mass
+
+
+def test_the_episode_rows_carry_the_tilt_where_the_vehicle_tilts():
+    cfg = load_level("default")
+    quad = list(run_episodes(lambda obs: np.full(len(obs), FWD5), cfg, 3, 0, 3, backend="mujoco"))
+    flat = list(run_episodes(lambda obs: np.full(len(obs), FWD5), cfg, 3, 0, 3))
+    assert all(r.tilt is not None and r.tilt["max_deg"] >= r.tilt["mean_deg"] > 1.0 for r in quad)
+    assert all(r.tilt is None for r in flat)
+    assert "tilt" in episode_row(quad[0]) and "tilt" not in episode_row(flat[0])
+    assert {"tilt_max_deg", "tilt_mean_deg"} <= set(flat_row(episode_row(quad[0])))
