@@ -64,7 +64,7 @@ study: $(STAMP)
 # The same study on the rigid-body quadrotor (--backend mujoco, docs/dynamics.md) with the quadrotor-trained Policies
 # I-III (fp32, fp16, int8; they have no int8-dynamic files), each flying default and hard as the point-mass study's
 # do; the memory and latency stages' Air Learning-sized Policy III is the quadrotor's Policy III widened.
-QUADROTOR_MODELS := $(foreach n,1 2 3,$(foreach p,fp32 fp16 int8,models/policy$(n)_quadrotor_$(p).onnx))
+QUADROTOR_MODELS := $(foreach n,1 2 3,$(foreach l,_ _hard_,$(foreach p,fp32 fp16 int8,models/policy$(n)_quadrotor$(l)$(p).onnx)))
 study-quadrotor: $(STAMP)
 	$(PY) -m deployment_study --sim-only --profile pi3b --backend mujoco --models $(QUADROTOR_MODELS) \
 		--memory-source models/policy3_quadrotor_fp32.onnx --episodes 300 --levels default hard --seed 0 \

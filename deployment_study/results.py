@@ -27,6 +27,9 @@ class Model:
     path: str
     group: str  # GROUP of GROUP_PRECISION.onnx
     precision: str  # one of deployment_study.args.PRECISIONS
+    # None: flies every level that has no model of its own in the group; "hard": the group's model for that level
+    # (GROUP_hard_PRECISION.onnx, trained for it)
+    level: str | None = None
 
 
 # ---------------------------------------------------------------------------------- stages

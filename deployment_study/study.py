@@ -188,28 +188,46 @@ def parse_args(argv: list[str] | None) -> StudyArgs:
     return StudyArgs(**ns)
 
 
-def parse_models(paths: list[str]) -> dict[str, list[Model]]:
-    """Models grouped by policy, fp32 first, then in PRECISIONS order."""
-    groups: dict[str, list[Model]] = {}
+def parse_models(paths: list[str], levels: list[str] | tuple[str, ...] = ()) -> dict[str, list[Model]]:
+    """Models grouped by policy, fp32 first, then in PRECISIONS order. A group GROUP_LEVEL (LEVEL one of ``levels``)
+    beside a group GROUP holds GROUP's models trained for that level: they join GROUP and fly LEVEL in its place."""
+    named: dict[str, list[tuple[str, str]]] = {}
     for path in paths:
         if not Path(path).is_file():
             raise UserError(f"model file not found: {path}")
-        named = group_and_precision(path)
-        if named is None:
+        found = group_and_precision(path)
+        if found is None:
             raise UserError(
                 f"cannot tell the precision of {path}: name it GROUP_PRECISION.onnx with PRECISION one of {', '.join(PRECISIONS)}"
             )
-        group, prec = named
-        if any(m.precision == prec for m in groups.get(group, [])):
-            raise UserError(
-                f"two {prec} models for {group}: {path} and {next(m.path for m in groups[group] if m.precision == prec)}"
-            )
-        groups.setdefault(group, []).append(Model(str(path), group, prec))
+        named.setdefault(found[0], []).append((str(path), found[1]))
+    groups: dict[str, list[Model]] = {}
+    for name, files in named.items():
+        base, level = next(
+            (
+                (name.removesuffix(f"_{lv}"), lv)
+                for lv in levels
+                if name.endswith(f"_{lv}") and name.removesuffix(f"_{lv}") in named
+            ),
+            (name, None),
+        )
+        for path, prec in files:
+            clash = next((m for m in groups.get(base, []) if m.precision == prec and m.level == level), None)
+            if clash is not None:
+                raise UserError(f"two {prec} models for {name}: {path} and {clash.path}")
+            groups.setdefault(base, []).append(Model(path, base, prec, level))
     for group, models in groups.items():
-        if not any(m.precision == "fp32" for m in models):
-            raise UserError(f"{group} has no fp32 model ({group}_fp32.onnx): ratios need the fp32 baseline")
-        models.sort(key=lambda m: PRECISIONS.index(m.precision))
+        for level in dict.fromkeys(m.level for m in models):
+            if not any(m.precision == "fp32" and m.level == level for m in models):
+                name = group if level is None else f"{group}_{level}"
+                raise UserError(f"{name} has no fp32 model ({name}_fp32.onnx): ratios need the fp32 baseline")
+        models.sort(key=lambda m: (m.level or "", PRECISIONS.index(m.precision)))
     return groups
+
+
+def models_for_level(models: list[Model], level: str) -> list[Model]:
+    """The group's models that fly ``level``: those trained for it, else the group's own."""
+    return [m for m in models if m.level == level] or [m for m in models if m.level is None]
 
 
 def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile | None, MemoryPlan | None]:
@@ -229,7 +247,7 @@ def check_args(args: StudyArgs) -> tuple[dict[str, list[Model]], DeviceProfile |
         raise UserError(str(e)) from None
     if args.host and profile is not None and not profile.has_roofline():
         raise UserError(f"--profile {profile.name} has no roofline figures; with --host it names the board (e.g. pi3b)")
-    groups = parse_models(args.models)
+    groups = parse_models(args.models, args.levels)
     return groups, profile, memory_stage.resolve_plan(args, profile)
 
 
@@ -329,7 +347,7 @@ class Study:
         for group, models in self.groups.items():
             for level in self.args.levels:
                 done += 1
-                self.closed_loop(group, models, level, done, n_cells)
+                self.closed_loop(group, models_for_level(models, level), level, done, n_cells)
                 self.save()
             self.timing_pass(group, models)
             self.save()

@@ -560,3 +560,43 @@ def test_the_memory_stages_slowdown_scales_the_pi_prediction_but_never_shrinks_i
     assert factor == 1.0 and where.endswith("measured here: 0.94x, no slowdown")
     factor, where = memory_slowdown(stage(60.0, None), "big.onnx", 900)
     assert factor is None and where == "does not load at 900 MB (memory stage)"
+
+
+def test_a_group_trained_for_a_level_flies_that_level_in_the_groups_place(tmp_path):
+    models = []
+    for suffix, source in (("", "policy1"), ("_hard", "policy1_hard")):
+        for prec in ("fp32", "int8"):
+            models.append(tmp_path / f"tiny{suffix}_{prec}.onnx")
+            shutil.copy(MODELS / f"{source}_{prec}.onnx", models[-1])
+    out = tmp_path / "study"
+    proc = study(
+        "--sim-only", "--models", *map(str, models), "--episodes", "2", "--levels", "default", "hard",
+        "--timing-rounds", "1", "--timing-acts", "10", "--out", str(out), "--quiet",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "study.json").read_text())
+    flown = {key: [Path(r["policy"]).name for r in cell["runs"]] for key, cell in result["cells"].items()}
+    assert flown == {
+        "default/tiny": ["tiny_fp32.onnx", "tiny_int8.onnx"],
+        "hard/tiny": ["tiny_hard_fp32.onnx", "tiny_hard_int8.onnx"],
+    }
+    assert {(r["level"], r["group"], Path(r["model"]).name) for r in result["rows"]} == {
+        ("default", "tiny", "tiny_fp32.onnx"), ("default", "tiny", "tiny_int8.onnx"),
+        ("hard", "tiny", "tiny_hard_fp32.onnx"), ("hard", "tiny", "tiny_hard_int8.onnx"),
+    }  # fmt: skip
+    assert {Path(m).name for m in result["timing"]["tiny"]["models"]} == {p.name for p in models}
+
+
+def test_a_level_group_without_its_own_fp32_is_one_line(tmp_path):
+    for name, source in (
+        ("tiny_fp32", "policy1_fp32"),
+        ("tiny_int8", "policy1_int8"),
+        ("tiny_hard_int8", "policy1_hard_int8"),
+    ):
+        shutil.copy(MODELS / f"{source}.onnx", tmp_path / f"{name}.onnx")
+    proc = study(
+        "--sim-only", "--models", *sorted(map(str, tmp_path.glob("*.onnx"))), "--levels", "default", "hard",
+        "--out", str(tmp_path / "s"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "tiny_hard has no fp32 model (tiny_hard_fp32.onnx)" in proc.stderr
