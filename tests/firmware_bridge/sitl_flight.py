@@ -603,8 +603,9 @@ def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
 
 def set_gps(autopilot: str, on: bool) -> str:
     """The autopilot's own simulated GPS switched off or on, from a second ground-station link: ArduCopter SITL's
-    SIM_GPS1_ENABLE (SERIAL2, TCP 5763); PX4 SITL's sensor_gps_sim SIM_GPS_USED (satellites; under 4, no fix), sent to
-    its payload MAVLink instance (UDP 14280), so the host's link keeps its partner."""
+    SIM_GPS1_ENABLE (4.7 and later) or SIM_GPS_DISABLE (4.6 and earlier), whichever the build answers (SERIAL2, TCP
+    5763); PX4 SITL's sensor_gps_sim SIM_GPS_USED (satellites; under 4, no fix), sent to its payload MAVLink instance
+    (UDP 14280), so the host's link keeps its partner."""
     import struct
 
     from pymavlink import mavutil
@@ -612,20 +613,22 @@ def set_gps(autopilot: str, on: bool) -> str:
     if autopilot == "ardupilot":
         link = mavutil.mavlink_connection("tcp:127.0.0.1:5763", source_system=254, source_component=190)
         link.wait_heartbeat(timeout=10)
-        name, value, kind = "SIM_GPS1_ENABLE", float(on), mavutil.mavlink.MAV_PARAM_TYPE_REAL32
+        kind = mavutil.mavlink.MAV_PARAM_TYPE_REAL32
+        candidates = [("SIM_GPS1_ENABLE", float(on)), ("SIM_GPS_DISABLE", float(not on))]
     else:
         link = mavutil.mavlink_connection("udpout:127.0.0.1:14280", source_system=254, source_component=190)
         link.mav.heartbeat_send(mavutil.mavlink.MAV_TYPE_GCS, mavutil.mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0)
         satellites = 10 if on else 0
-        name, kind = "SIM_GPS_USED", mavutil.mavlink.MAV_PARAM_TYPE_INT32
-        value = struct.unpack("<f", struct.pack("<i", satellites))[0]  # PX4 takes integer parameters bytewise
+        kind = mavutil.mavlink.MAV_PARAM_TYPE_INT32
+        candidates = [("SIM_GPS_USED", struct.unpack("<f", struct.pack("<i", satellites))[0])]  # integers bytewise
     try:
-        for _ in range(3):
-            link.mav.param_set_send(1, 1, name.encode(), value, kind)
-            ack = link.recv_match(type="PARAM_VALUE", blocking=True, timeout=2)
-            if ack is not None and ack.param_id == name:
-                return f"{name} set ({'on' if on else 'off'})"
-        return f"{name}: no PARAM_VALUE came back"
+        for name, value in candidates:  # an autopilot answers a parameter it has with its PARAM_VALUE
+            for _ in range(3):
+                link.mav.param_set_send(1, 1, name.encode(), value, kind)
+                ack = link.recv_match(type="PARAM_VALUE", blocking=True, timeout=2)
+                if ack is not None and ack.param_id == name:
+                    return f"{name} set ({'on' if on else 'off'})"
+        return f"{', '.join(n for n, _ in candidates)}: no PARAM_VALUE came back"
     finally:
         link.close()
 
