@@ -176,10 +176,15 @@ class MavlinkActuator(Actuator):
             raise MavlinkError(f"mode {mode} refused ({result_name(result)}): "
                                f"{' | '.join(self.statustext) or 'no reason given'}")  # fmt: skip
         end = self.clock() + timeout_s
+        offboard = s.autopilot == "px4" and mode == "OFFBOARD"
         while self.state.mode != mode:  # the heartbeat (1 Hz) follows the accepted change
             if self.clock() > end:
                 raise MavlinkError(f"the autopilot stayed in {self.state.mode} instead of {mode}")
-            time.sleep(0.02)
+            if offboard:  # PX4 leaves OFFBOARD after COM_OF_LOSS_T without setpoints: the wait must not starve it
+                self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+                time.sleep(0.05)
+            else:
+                time.sleep(0.02)
 
     def arm(self, timeout_s: float = 5.0) -> None:
         """Arm (MAV_CMD_COMPONENT_ARM_DISARM); MavlinkError, with the autopilot's last messages, if refused."""

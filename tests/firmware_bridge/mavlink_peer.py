@@ -116,6 +116,7 @@ class AutopilotPeer:
         self.boot = time.monotonic()
         self.silent = threading.Event()
         self.drop_commands = 0  # the next this many COMMAND_LONGs from the companion are lost on the way
+        self.drop_heartbeats = 0  # the next this many heartbeats to the companion are lost on the way
         self.telemetry_silent = threading.Event()
         self.intervals: dict[int, float] = {}  # message id -> seconds, as a ground station asked
         self.companion_intervals: dict[int, float] = {}  # ... as the companion asked (its own link)
@@ -210,7 +211,10 @@ class AutopilotPeer:
             now = time.monotonic()
             if not self.silent.is_set() and (self.connect or getattr(self.link, "clients", None)):
                 if now >= next_beat:
-                    self._heartbeat()
+                    if self.drop_heartbeats > 0:  # a lossy link: this one never arrives
+                        self.drop_heartbeats -= 1
+                    else:
+                        self._heartbeat()
                     next_beat = now + HEARTBEAT_PERIOD_S
                 period = self.companion_intervals.get(MAV.MAVLINK_MSG_ID_SYSTEM_TIME)
                 if period is not None and now >= next_time:

@@ -17,7 +17,7 @@ from pymavlink import mavutil  # noqa: E402
 
 from firmware_bridge.flight_modes import FLY_MODE  # noqa: E402
 from firmware_bridge.mavlink_actuator import VELOCITY_YAW_RATE_MASK, MavlinkActuator, MavlinkError  # noqa: E402
-from tests.firmware_bridge.mavlink_peer import AutopilotPeer  # noqa: E402
+from tests.firmware_bridge.mavlink_peer import PX4_OFFBOARD_LOSS_S, AutopilotPeer  # noqa: E402
 
 MAV = mavutil.mavlink
 
@@ -102,6 +102,26 @@ def test_px4_refuses_offboard_without_a_setpoint_stream_and_the_actuator_primes_
     finally:
         actuator.close()
         peer.close()
+
+
+def test_px4_keeps_its_setpoint_stream_until_the_heartbeat_shows_offboard():
+    """On a lossy link the heartbeat that shows OFFBOARD can be lost; PX4 leaves OFFBOARD for Hold after COM_OF_LOSS_T
+    without setpoints, so the actuator streams them while it waits (PX4 v1.16.0 SITL, 20% loss: 'stayed in LOITER')."""
+    port = free_udp_port()
+    peer = AutopilotPeer("px4", port)
+    actuator = MavlinkActuator(f"udpout:127.0.0.1:{port}", link_timeout_s=3.0)
+    try:
+        actuator.wait_heartbeat(5)
+        actuator.arm()
+        peer.drop_heartbeats = 1  # the next heartbeat, the first that could show OFFBOARD, is lost: 2 s to wait
+        actuator.set_mode("OFFBOARD")
+        assert peer.state.mode == "OFFBOARD" and peer.state.offboard_losses == 0
+        stream = [sp.t for sp in peer.state.setpoints]
+        assert stream[-1] - stream[0] > PX4_OFFBOARD_LOSS_S and max(b - a for a, b in zip(stream, stream[1:])) < 0.5
+    finally:
+        actuator.close()
+        peer.close()
+    assert peer.state.errors == []
 
 
 def hold_until_held(actuator: MavlinkActuator) -> None:
