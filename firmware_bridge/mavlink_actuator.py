@@ -117,6 +117,7 @@ class MavlinkActuator(Actuator):
         self.statustext = self.link.statustext
         self.setpoints_sent = 0
         self.setpoints_withheld = 0  # acts answered while a pilot had the vehicle: nothing sent
+        self.hold_setpoints_sent = 0  # of setpoints_sent, the zero setpoints of the bridge's own hold and resets
         self.holds = 0
         self.last_command_ns: int | None = None  # time.monotonic_ns() of the last act's setpoint
         self.last_hold_ns: int | None = None  # ... and of the last hold
@@ -332,7 +333,7 @@ class MavlinkActuator(Actuator):
         self.last_hold_ns = t_ns
         if not self.in_control():
             return  # a pilot's mode is never overridden, not even by a zero setpoint
-        self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+        self._send_hold_setpoint()
         s = self.state
         if BRAKE_IN_FLY_MODE.get(s.autopilot or "") and not self._we_hold and s.mode == FLY_MODE[s.autopilot or ""]:
             self._braking_since = self._brake_sent_s = self.clock()  # tick() streams zeros, then the hold mode
@@ -362,16 +363,20 @@ class MavlinkActuator(Actuator):
         speed = self.ground_speed
         slow = speed is not None and now - speed[1] <= SPEED_FRESH_S and speed[0] < BRAKE_DONE_MPS
         if now - self._braking_since >= BRAKE_MAX_S or (slow and now - self._braking_since >= BRAKE_SETPOINT_S):
-            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+            self._send_hold_setpoint()
             self._enter_hold_mode()
         elif now - self._brake_sent_s >= BRAKE_SETPOINT_S:
-            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+            self._send_hold_setpoint()
             self._brake_sent_s = now
+
+    def _send_hold_setpoint(self) -> None:
+        self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+        self.hold_setpoints_sent += 1
 
     def reset(self) -> None:
         self._braking_since = None
         if self.in_control():
-            self._send_setpoint((0.0, 0.0, 0.0, 0.0))
+            self._send_hold_setpoint()
 
     def stats(self) -> dict[str, Any]:
         age = self.link.heartbeat_age_s()
@@ -384,6 +389,7 @@ class MavlinkActuator(Actuator):
             "heartbeat_age_s": None if age is None else round(age, 3),
             "setpoints_sent": self.setpoints_sent,
             "setpoints_withheld": self.setpoints_withheld,
+            "hold_setpoints_sent": self.hold_setpoints_sent,
             "holds": self.holds,
             "braking": self.braking,
             "last_command_ns": self.last_command_ns,

@@ -556,7 +556,8 @@ def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
     seen: dict = {}
     try:
         env.close()  # its link dies with the autopilot (ArduCopter's TCP); the host acts on the last observation
-        sent_before = client.status().actuator["setpoints_sent"]
+        status = client.status().actuator
+        sent_before, hold_sent_before = status["setpoints_sent"], status["hold_setpoints_sent"]
         sitl.kill()
         killed_at = time.monotonic()
         restarted_at = None
@@ -577,7 +578,9 @@ def bridge_through_restart(autopilot: str, sitl: Sitl, down_s: float) -> dict:
                 if not refusals or refusals[-1][1] != kind:
                     refusals.append((round(now - killed_at, 2), kind))
                 if kind == "rebooted" and "armed_again_s" not in seen:
-                    seen["sent_while_refused"] = client.status().actuator["setpoints_sent"] - sent_before
+                    status = client.status().actuator
+                    seen["sent_while_refused"] = status["setpoints_sent"] - sent_before
+                    seen["hold_setpoints_while_refused"] = status["hold_setpoints_sent"] - hold_sent_before
                     status = client.status().actuator
                     seen["after_reboot"] = {k: status.get(k) for k in ("reboots", "rebooted", "armed", "mode")}
                     # the host arms again: the vehicle is on the ground, disarmed, in its boot mode

@@ -336,7 +336,7 @@ def test_px4_the_hold_brakes_in_offboard_then_enters_hold():
             actuator.tick(time.monotonic_ns())
             time.sleep(0.1)
         assert peer.state.modes == ["OFFBOARD"] and peer.state.mode == "OFFBOARD"
-        n = len(peer.state.setpoints)
+        n, held = len(peer.state.setpoints), actuator.stats()["hold_setpoints_sent"]
         actuator.hold(time.monotonic_ns())
         assert actuator.braking and actuator.stats()["braking"] and actuator.vehicle()["control"] == "bridge"
         while actuator.braking:
@@ -344,6 +344,7 @@ def test_px4_the_hold_brakes_in_offboard_then_enters_hold():
             time.sleep(0.01)
         braking = peer.state.setpoints[n:]
         assert len(braking) >= 5 and all(sp.velocity == (0.0, 0.0, 0.0) for sp in braking)
+        until(lambda: len(peer.state.setpoints) - n == actuator.stats()["hold_setpoints_sent"] - held)  # all counted
         assert max(b.t - a.t for a, b in zip(braking, braking[1:])) < 0.15  # a stream, well above PX4's 2 Hz
         until(lambda: peer.state.mode == "LOITER")
         assert peer.state.offboard_losses == 0 and peer.state.modes == ["OFFBOARD", "LOITER"]  # the bridge's Hold
