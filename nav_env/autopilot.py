@@ -15,7 +15,9 @@ ray-cast at the vehicle's position and heading, a collision is the vehicle's pos
 (``BatchSim.collided``), and success, reward and time-out are ``BatchSim.score``'s. The autopilot's vehicle
 flies on in its own (empty) world. An episode's floor is ``arena.altitude`` below the start: take off higher.
 
-Spaces, ``info`` and rewards are the embedded simulator's. The link's facts (autopilot, firmware, frame, the
+Spaces, ``info`` and rewards are the embedded simulator's; with ``observation.attitude`` the observation's roll,
+pitch and body rates are ATTITUDE's (the camera itself stays level: it is ray cast at the vehicle's heading). The
+link's facts (autopilot, firmware, frame, the
 autopilot clock's speed against the wall clock) are in :meth:`describe`.
 """
 
@@ -59,6 +61,10 @@ class AttitudeSample:
     time_ms: int
     yaw_ned: float  # rad, clockwise from north
     yaw_rate_ned: float  # rad/s, clockwise seen from above
+    roll_frd: float = 0.0  # rad, right side down positive (MAVLink's ATTITUDE: body frame forward, right, down)
+    pitch_frd: float = 0.0  # rad, nose up positive
+    roll_rate_frd: float = 0.0  # rad/s
+    pitch_rate_frd: float = 0.0  # rad/s
 
 
 def param_number(msg: Any, bytewise: bool) -> float:
@@ -139,7 +145,10 @@ class Telemetry:
         elif kind == "POSITION_TARGET_LOCAL_NED":  # only when asked for (request_interval): what the autopilot flies to
             self.targets.append((now, msg))
         elif kind == "ATTITUDE":
-            self.attitude = AttitudeSample(int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed))
+            self.attitude = AttitudeSample(
+                int(msg.time_boot_ms), float(msg.yaw), float(msg.yawspeed),
+                float(msg.roll), float(msg.pitch), float(msg.rollspeed), float(msg.pitchspeed),
+            )  # fmt: skip
         elif kind == "HEARTBEAT" and self._next_request is None:  # the link passes on the autopilot's only
             self._next_request = now  # checked at the next turn too: a request may be lost
             self._request_streams()
@@ -247,7 +256,7 @@ class AutopilotNavEnv(TaskEnv):
         link_timeout_s: float = 3.0,
         connect_timeout_s: float = 120.0,
     ):
-        self.set_up_task(level, render_mode, config, overrides, senses_attitude=False)
+        self.set_up_task(level, render_mode, config, overrides)
         self.settle_speed_mps, self.settle_timeout_s = float(settle_speed_mps), float(settle_timeout_s)
         self.link_timeout_s = float(link_timeout_s)
         self.sim = BatchSim(self.cfg, 1)  # the virtual world: obstacles, camera, collisions, scoring
@@ -274,12 +283,14 @@ class AutopilotNavEnv(TaskEnv):
         return self.episode.start + self._turn @ (FLIP * (pose.position_ned - self._origin_ned))
 
     def _set_motion(self, pose: PoseSample, att: AttitudeSample) -> None:
-        """The vehicle's velocity, yaw and yaw rate, in the arena frame, into the bookkeeping sim."""
+        """The vehicle's velocity, yaw, yaw rate and attitude, in the arena frame, into the bookkeeping sim (the
+        body frame forward, right, down of MAVLink turned to forward, left, up: pitch and its rate change sign)."""
         self.sim.place_vehicle(
             0,
             vel=self._turn @ (FLIP * pose.velocity_ned),
             yaw=math.remainder(-att.yaw_ned + self._yaw_offset, 2 * math.pi),
             yaw_rate=-att.yaw_rate_ned,
+            attitude=(att.roll_frd, -att.pitch_frd, att.roll_rate_frd, -att.pitch_rate_frd),
         )
 
     def _wait_still(self) -> tuple[PoseSample, AttitudeSample]:

@@ -67,8 +67,8 @@ class NavEnv(TaskEnv):
     follow, ``W*H + 13`` in all: roll, pitch / ``ATTITUDE_SCALE_RAD`` (45 degrees; body frame x forward, y left,
     z up: a roll to the right and a nose-down pitch are positive), body rates p, q, r /
     ``BODY_RATE_SCALE_RAD_S`` (4 rad/s), each in [-1, 1]. The point mass flies level (0, 0, 0, 0, yaw rate);
-    the ``mujoco`` backend's rigid body reports its own. Backends that do not read their vehicle's attitude
-    (autopilot, AirSim) refuse such a level.
+    the ``mujoco`` backend's rigid body reports its own, the ``autopilot`` backend the autopilot's (MAVLink's
+    ATTITUDE). The AirSim backend does not read its vehicle's attitude and refuses such a level.
 
     The camera (default 32 x 32, 90 degree horizontal FOV, 10 m range) sees obstacles, walls, floor
     and ceiling; a pixel with no return within range reads 1. On ``hard`` the depth carries Gaussian

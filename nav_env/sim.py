@@ -56,6 +56,10 @@ class BatchSim:
         self.vel = np.zeros((n, 3))  # world frame
         self.yaw = np.zeros(n)
         self.yaw_rate = np.zeros(n)
+        # roll, pitch (rad) and roll and pitch rates (rad/s) of a vehicle flown elsewhere (place_vehicle); the
+        # kinematic vehicle flies level and leaves them at zero
+        self.roll, self.pitch = np.zeros(n), np.zeros(n)
+        self.roll_rate, self.pitch_rate = np.zeros(n), np.zeros(n)
         self.goal = np.zeros((n, 3))
         self.prev_dist = np.zeros(n)
         self.path_length = np.zeros(n)
@@ -80,6 +84,7 @@ class BatchSim:
             self.vel[i] = 0.0
             self.yaw[i] = ep.yaw
             self.yaw_rate[i] = 0.0
+            self.roll[i] = self.pitch[i] = self.roll_rate[i] = self.pitch_rate[i] = 0.0
             self.goal[i] = ep.goal
             self.prev_dist[i] = self.start_dist[i] = float(np.linalg.norm(ep.goal - ep.start))
             self.path_length[i] = 0.0
@@ -202,11 +207,14 @@ class BatchSim:
         vel: np.ndarray | None = None,
         yaw: float | None = None,
         yaw_rate: float | None = None,
+        attitude: tuple[float, float, float, float] | None = None,
     ) -> None:
         """Set env ``i``'s vehicle state to what a vehicle flown elsewhere reports (an autopilot's telemetry), in
-        the arena frame: position (3,) m, world-frame velocity (3,) m/s, yaw rad (counterclockwise from +x) and
-        yaw rate rad/s; None leaves that part as it is. The camera, the state features, collisions and
-        :meth:`score` read the state from here. It counts no step: :meth:`track` does that."""
+        the arena frame: position (3,) m, world-frame velocity (3,) m/s, yaw rad (counterclockwise from +x),
+        yaw rate rad/s and ``attitude`` (roll, pitch rad, roll rate, pitch rate rad/s; body frame x forward, y left,
+        z up: a roll to the right and a nose-down pitch positive); None leaves that part as it is. The camera, the
+        state features, collisions and :meth:`score` read the state from here. It counts no step: :meth:`track`
+        does that."""
         if pos is not None:
             self.pos[i] = pos
         if vel is not None:
@@ -215,6 +223,8 @@ class BatchSim:
             self.yaw[i] = yaw
         if yaw_rate is not None:
             self.yaw_rate[i] = yaw_rate
+        if attitude is not None:
+            self.roll[i], self.pitch[i], self.roll_rate[i], self.pitch_rate[i] = attitude
 
     def score(self, collision: np.ndarray, step_share: np.ndarray | float = 1.0) -> Scored:
         """Reward and episode end for the current positions given this step's ``collision`` flags
@@ -347,10 +357,9 @@ class BatchSim:
 
     def attitude(self, idx: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Roll and pitch (rad) and body rates p, q, r (rad/s, (n, 3)) of the envs in ``idx``: the kinematic vehicle
-        flies level, turning about its vertical axis only."""
-        yaw_rate = np.asarray(self.yaw_rate[idx], dtype=np.float64)
-        zeros = np.zeros_like(yaw_rate)
-        return zeros, zeros, np.stack([zeros, zeros, yaw_rate], axis=1)
+        flies level, turning about its vertical axis only; a vehicle flown elsewhere as :meth:`place_vehicle` set it."""
+        rates = np.stack([self.roll_rate[idx], self.pitch_rate[idx], self.yaw_rate[idx]], axis=-1)
+        return np.array(self.roll[idx], dtype=np.float64), np.array(self.pitch[idx], dtype=np.float64), rates
 
     def depth(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Normalised planar depth images (n, H, W) in [0, 1].

@@ -90,6 +90,10 @@ class PointVehicle:
     velocity: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     yaw: float = 0.3
     yaw_rate: float = 0.0
+    roll: float = 0.0  # rad, right side down positive (as ATTITUDE carries it), set by a test
+    pitch: float = 0.0  # rad, nose up positive
+    roll_rate: float = 0.0  # rad/s
+    pitch_rate: float = 0.0  # rad/s
     takeoff_altitude: float | None = None
 
 
@@ -193,7 +197,7 @@ class AutopilotPeer:
         if msg_id == MAV.MAVLINK_MSG_ID_LOCAL_POSITION_NED:
             self.gcs.mav.local_position_ned_send(t, *v.position, *v.velocity)
         elif msg_id == MAV.MAVLINK_MSG_ID_ATTITUDE:
-            self.gcs.mav.attitude_send(t, 0.0, 0.0, v.yaw, 0.0, 0.0, v.yaw_rate)
+            self.gcs.mav.attitude_send(t, v.roll, v.pitch, v.yaw, v.roll_rate, v.pitch_rate, v.yaw_rate)
 
     def _heartbeat(self, link: Any = None) -> None:
         s = self.state

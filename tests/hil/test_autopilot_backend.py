@@ -21,7 +21,7 @@ pytest.importorskip("pymavlink", reason="the autopilot backend needs the mavlink
 from firmware_bridge.mavlink_actuator import MavlinkActuator  # noqa: E402
 from nav_env.arena import sample_episode  # noqa: E402
 from nav_env.autopilot import AutopilotLinkError, AutopilotNavEnv  # noqa: E402
-from nav_env.config import load_level  # noqa: E402
+from nav_env.config import ATTITUDE_SCALE_RAD, BODY_RATE_SCALE_RAD_S, N_ATTITUDE_FEATURES, load_level  # noqa: E402
 from tests.firmware_bridge.mavlink_peer import AutopilotPeer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +73,26 @@ def test_the_episode_is_placed_on_the_vehicle_and_time_is_the_autopilots(peer):
         assert env.describe().speedup == pytest.approx(1.0, abs=0.1)
     finally:
         actuator.close()
+        env.close()
+
+
+def test_the_attitude_observation_reads_the_autopilots_attitude(peer):
+    """observation.attitude on an autopilot: ATTITUDE's roll, pitch and rates (forward, right, down) in the
+    observation's frame (forward, left, up): a roll to the right and a nose-down pitch positive."""
+    cfg = load_level("easy", {"observation.attitude": True})
+    peer.vehicle.roll, peer.vehicle.pitch = 0.2, -0.1  # right side down, nose down
+    peer.vehicle.roll_rate, peer.vehicle.pitch_rate = 0.4, -0.8
+    env = AutopilotNavEnv(config=cfg, telemetry=f"udpout:127.0.0.1:{peer.gcs_port}", connect_timeout_s=10)
+    try:
+        obs, _ = env.reset(seed=7)
+        assert obs.shape == (cfg.obs_dim,) == (32 * 32 + 13,)
+        roll, pitch, p, q, r = obs[-5:]
+        assert roll == pytest.approx(0.2 / ATTITUDE_SCALE_RAD, abs=1e-6)
+        assert pitch == pytest.approx(0.1 / ATTITUDE_SCALE_RAD, abs=1e-6)
+        assert p == pytest.approx(0.4 / BODY_RATE_SCALE_RAD_S, abs=1e-6)
+        assert q == pytest.approx(0.8 / BODY_RATE_SCALE_RAD_S, abs=1e-6) and r == pytest.approx(0.0, abs=1e-6)
+        assert obs[:-N_ATTITUDE_FEATURES].shape == (1032,)  # the 8-value observation before them
+    finally:
         env.close()
 
 
