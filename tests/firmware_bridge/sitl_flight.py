@@ -626,7 +626,11 @@ def set_gps(autopilot: str, on: bool) -> str:
         candidates = [("SIM_GPS_USED", struct.unpack("<f", struct.pack("<i", satellites))[0])]  # integers bytewise
     try:
         for name, value in candidates:  # an autopilot answers a parameter it has with its PARAM_VALUE
-            for _ in range(3):
+            for _ in range(5):
+                if autopilot == "px4":  # its MAVLink instance answers a partner it hears (a lost heartbeat: again)
+                    link.mav.heartbeat_send(
+                        mavutil.mavlink.MAV_TYPE_GCS, mavutil.mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0
+                    )
                 link.mav.param_set_send(1, 1, name.encode(), value, kind)
                 ack = link.recv_match(type="PARAM_VALUE", blocking=True, timeout=2)
                 if ack is not None and ack.param_id == name:
@@ -679,6 +683,8 @@ def gps_fault(autopilot: str, out: Path, episodes: int = 3, watch_s: float = 30.
         client.close()
         env.close()
         bridge.close()
+    if not seen["restored"].endswith("set (on)"):  # hil.run's take-off needs the GPS back
+        raise RuntimeError(f"the GPS was not switched back on: {seen['restored']}")
     proc = hil_run(autopilot, out, episodes, seed=400)
     try:
         wait_for_episode(proc, out / "run.jsonl", 2, timeout_s=600)
