@@ -540,17 +540,21 @@ def latency_targets(
         skipped.append(f"Air Learning-sized: its source {memory.models.source} is not one of the study's models")
         return targets, skipped
     for precision, built in (("fp32", memory.models.fp32), ("int8", memory.models.int8)):
-        stand_in = next((m for m in groups[source.group] if m.precision == precision), None)
-        shown = stand_in and entries.get(stand_in.path) and entries[stand_in.path].predicted_on_pi.get(board.name)
-        if stand_in is None or not shown or not shown.shown:
-            skipped.append(f"Air Learning-sized {precision}: no checked {board.name} prediction for its stand-in")
-            continue
         big = roofline.predict_device(roofline.model_cost(built.path), board)
         slowdown, where = memory_slowdown(memory, built.path, board.memory_mb)
         if big.predicted_s is None or slowdown is None:
             skipped.append(f"Air Learning-sized {precision}: {where}")
             continue
         for level in results.args.levels:
+            # the group's networks that fly this level (its models trained for the level, where it has them)
+            flying = models_for_level(groups[source.group], level)
+            stand_in = next((m for m in flying if m.precision == precision), None)
+            shown = stand_in and entries.get(stand_in.path) and entries[stand_in.path].predicted_on_pi.get(board.name)
+            if stand_in is None or not shown or not shown.shown:
+                skipped.append(
+                    f"Air Learning-sized {precision} on {level}: no checked {board.name} prediction for its stand-in"
+                )
+                continue
             targets.append(
                 latency_stage.LatencyTarget(
                     level=level,
