@@ -609,6 +609,7 @@ def set_gps(autopilot: str, on: bool) -> str:
     SIM_GPS1_ENABLE (4.7 and later) or SIM_GPS_DISABLE (4.6 and earlier), whichever the build answers (SERIAL2, TCP
     5763); PX4 SITL's sensor_gps_sim SIM_GPS_USED (satellites; under 4, no fix), sent to its payload MAVLink instance
     (UDP 14280), so the host's link keeps its partner."""
+    import socket
     import struct
 
     from pymavlink import mavutil
@@ -620,6 +621,10 @@ def set_gps(autopilot: str, on: bool) -> str:
         candidates = [("SIM_GPS1_ENABLE", float(on)), ("SIM_GPS_DISABLE", float(not on))]
     else:
         link = mavutil.mavlink_connection("udpout:127.0.0.1:14280", source_system=254, source_component=190)
+        # that instance answers its configured remote port 14030 or the first partner it heard, never a later one:
+        # every switch speaks from 14030 (PX4 v1.16.0 left the second switch unanswered from a new port)
+        link.port.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        link.port.bind(("127.0.0.1", 14030))
         link.mav.heartbeat_send(mavutil.mavlink.MAV_TYPE_GCS, mavutil.mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0)
         satellites = 10 if on else 0
         kind = mavutil.mavlink.MAV_PARAM_TYPE_INT32
