@@ -69,6 +69,8 @@ def test_same_seeds_give_the_embedded_backends_episodes_and_first_image():
             emb, dyn = NavEnv(level), NavEnv(level, backend="mujoco")
             o1, i1 = emb.reset(seed=seed)
             o2, i2 = dyn.reset(seed=seed)
+            # the same info, the rigid body's adding its tilt: level at the start
+            assert i2.pop("tilt") == {"max_deg": 0.0, "mean_deg": 0.0}
             assert np.array_equal(emb.episode.cyl, dyn.episode.cyl) and i1 == i2
             assert np.abs(o1 - o2).max() < 2e-5, (level, seed)
 
