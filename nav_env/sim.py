@@ -350,9 +350,10 @@ class BatchSim:
         feats[:, 7] = np.clip(pos[:, 2] / self.cfg.arena.ceiling, 0, 1)
         if self.cfg.observation.attitude:
             roll, pitch, rates = self.attitude(idx)
-            feats[:, 8] = np.clip(roll / ATTITUDE_SCALE_RAD, -1, 1)
-            feats[:, 9] = np.clip(pitch / ATTITUDE_SCALE_RAD, -1, 1)
-            feats[:, 10:13] = np.clip(rates / BODY_RATE_SCALE_RAD_S, -1, 1)
+            k = N_STATE_FEATURES
+            feats[:, k] = np.clip(roll / ATTITUDE_SCALE_RAD, -1, 1)
+            feats[:, k + 1] = np.clip(pitch / ATTITUDE_SCALE_RAD, -1, 1)
+            feats[:, k + 2 : k + 5] = np.clip(rates / BODY_RATE_SCALE_RAD_S, -1, 1)
         return feats
 
     def attitude(self, idx: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
