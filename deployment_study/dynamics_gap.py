@@ -37,7 +37,7 @@ import numpy as np
 from airq_cli import ArgumentParser, UserError, output_dir, run, write_atomic, write_json
 from firmware_bridge.device import cpu_model, format_versions, package_versions
 from nav_env.backends import get_backend
-from nav_env.config import load_level
+from nav_env.config import load_level, with_policy_observation
 from nav_env.dynamics.config import load_dynamics
 from nav_env.dynamics.identify import identify
 from nav_env.latency import offline_latency
@@ -107,6 +107,7 @@ def fly(
 
     cfg = load_level(level, {"vehicle.tau": tau})
     policy = load_policy(model, "best", cfg)
+    cfg = with_policy_observation(cfg, policy.metadata)
     check_obs_dim(policy, cfg.obs_dim, cfg.level)
     latency = offline_latency(f"fixed:{delay_ms:g}") if delay_ms else None
     t0 = time.perf_counter()

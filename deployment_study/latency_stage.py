@@ -30,7 +30,7 @@ import numpy as np
 
 from airq_cli import known_fields, write_json
 from nav_env.backends import DEFAULT_BACKEND
-from nav_env.config import load_level
+from nav_env.config import load_level, with_policy_observation
 from nav_env.latency import LatencySource
 from nav_env.rollout import run_episodes
 from nav_env.stats import paired_difference, wilson_interval
@@ -155,8 +155,8 @@ def fly(
 ) -> Flight:
     """``model`` over ``episodes`` seeded episodes of ``level`` with every action ``delay_ms`` late, on the simulator
     ``backend`` (the study's: the closed loop's cells fly it too)."""
-    cfg = load_level(level)
     policy = load_policy(model)
+    cfg = with_policy_observation(load_level(level), policy.metadata)
     act = policy.act
     if _quantizes_per_call(model):
         # Dynamic int8 takes its activation scale from the whole input: a batch of observations would be

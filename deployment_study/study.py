@@ -102,9 +102,10 @@ from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.toy_policy import build_mlp_policy
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
+from hil.setup import shared_observation
 from nav_env.backends import DEFAULT_BACKEND, make_env
 from nav_env.baselines import HeuristicPolicy
-from nav_env.config import ConfigError, load_level
+from nav_env.config import ConfigError, load_level, with_policy_observation
 from nav_env.stats import wilson_interval
 
 USAGE_EXIT, FAILURE_EXIT = EXIT_USAGE, EXIT_FAILURE  # the names callers and tests use
@@ -456,7 +457,7 @@ class Study:
             f"timing pass {policy_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
         )
         self.measured_anything = True
-        obs = recorded_observations(a.levels, a.seed, a.timing_acts)
+        obs = recorded_observations(a.levels, a.seed, a.timing_acts, shared_observation([m.path for m in models]))
         result = timing_pass(models, obs, a, self.profile, null_model(path.parent, obs.shape[1]))
         write_json(path, result)
         self.results.timing[group] = result
@@ -631,12 +632,13 @@ def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bo
 # ---------------------------------------------------------------------------------- timing pass
 
 
-def recorded_observations(levels: list[str], seed: int, n: int) -> np.ndarray:
+def recorded_observations(levels: list[str], seed: int, n: int, metadata: dict[str, str] | None = None) -> np.ndarray:
     """``n`` observations recorded from seeded episodes of each level flown by the scripted heuristic
-    (evenly spread over the flights), so the timing pass sees real depth images and states."""
+    (evenly spread over the flights), so the timing pass sees real depth images and states; with a policy's
+    ``metadata``, the observation it takes (its camera, the attitude values)."""
     per_level = []
     for level in levels:
-        cfg = load_level(level)
+        cfg = with_policy_observation(load_level(level), metadata or {})
         env, pilot, seen = make_env(cfg), HeuristicPolicy(cfg), []
         for j in range(4):
             obs, _ = env.reset(seed=seed + j)

@@ -16,7 +16,13 @@ from firmware_bridge.protocol import sha256_hex
 from hil.args import RunArgs
 from hil.loop import LOCKSTEP, Timing, default_deadline_s
 from nav_env.backends import backend_names, dynamics_for, get_backend
-from nav_env.config import ConfigError, NavConfig, load_level
+from nav_env.config import (
+    ConfigError,
+    NavConfig,
+    load_level,
+    observation_overrides_from_metadata,
+    with_policy_observation,
+)
 from nav_env.latency import LatencySource, parse_latency
 
 
@@ -110,6 +116,7 @@ def check_args(args: RunArgs) -> RunSetup:
     timings = _check_timing(args)
     try:
         cfg = load_level(args.level, {"task.max_steps": args.max_steps} if args.max_steps else None)
+        cfg = with_policy_observation(cfg, shared_observation(args.policy))
         profile = get_profile(args.profile)
     except (ConfigError, ProfileError) as e:
         raise UserError(str(e)) from None
@@ -123,6 +130,29 @@ def check_args(args: RunArgs) -> RunSetup:
     # with latency the simulated clock runs apart from the wall's: --rate-hz is its period, nothing paces the loop
     pace_hz = None if latency else args.rate_hz
     return RunSetup(args, cfg, _target(args, profile), timings, deadline_s, pace_hz)
+
+
+def shared_observation(paths: list[str]) -> dict[str, str]:
+    """The metadata of the first policy, whose observation (camera, attitude values) the run's simulator gives every
+    policy (the env is made once per run); UserError if the policies were trained on different observations."""
+    # deferred: onnx, ~0.2 s to import; the weights are parsed with the graph, once per policy file
+    import onnx
+
+    seen: dict[str, str] = {}  # each observation described -> the first policy taking it
+    first: dict[str, str] = {}
+    for path in paths:
+        try:
+            props = onnx.load(path, load_external_data=False).metadata_props
+        except Exception as e:  # onnx raises DecodeError and others for a file that is not a model
+            raise UserError(f"{path}: not a loadable ONNX model ({type(e).__name__})") from None
+        meta = {p.key: p.value for p in props}
+        first = first or meta
+        overrides = observation_overrides_from_metadata(meta)
+        seen.setdefault(", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "the level's own", path)
+    if len(seen) > 1:
+        which = "; ".join(f"{path}: {described}" for described, path in seen.items())
+        raise UserError(f"the policies were trained on different observations ({which}): fly them in separate runs")
+    return first
 
 
 def _target(args: RunArgs, profile: DeviceProfile) -> BridgeTarget:

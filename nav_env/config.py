@@ -178,9 +178,24 @@ def observation_overrides_from_metadata(metadata: dict[str, str]) -> dict[str, A
     env = _env_config_of(metadata)
     cam = env.get("camera") or {}
     overrides = {f"camera.{k}": cam[k] for k in ("width", "height", "vfov_deg") if k in cam}
-    if (env.get("observation") or {}).get("attitude"):
-        overrides["observation.attitude"] = True
+    observation = env.get("observation") or {}
+    if "attitude" in observation:
+        overrides["observation.attitude"] = bool(observation["attitude"])
     return overrides
+
+
+def with_policy_observation(cfg: NavConfig, metadata: dict[str, str]) -> NavConfig:
+    """``cfg`` as a policy with this metadata sees it: the same world, task and vehicle, with the observation the
+    policy was trained on (its camera, whether the attitude values follow the state). A policy that records no
+    environment (a baseline, a foreign model) gets ``cfg`` as it is. The observation draws no random numbers, so a
+    seed gives the same episode whichever observation flies it."""
+    overrides = observation_overrides_from_metadata(metadata)
+    if not overrides:
+        return cfg
+    data = cfg.to_dict()
+    name = data.pop("level")
+    apply_overrides(data, overrides)
+    return config_from_dict(data, name=name, source=f"level {name!r} with the policy's observation")
 
 
 def state_size_of(metadata: dict[str, str]) -> int:

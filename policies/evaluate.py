@@ -4,7 +4,8 @@
         [--num-envs 32] [--checkpoint best] [--out out/eval] [--name NAME] [--backend mujoco [--dynamics TOML]]
 
 POLICY may also be ``baseline:heuristic`` or ``baseline:random`` (nav_env's scripted baselines).
-Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up: for two or more policies
+Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up (each policy sees the episode through the
+observation it was trained on, recorded in its metadata: its camera, the attitude values or not): for two or more policies
 the success-rate difference of each against the first comes with a paired interval and McNemar's
 exact p (nav_env.stats.paired_difference). Actions are deterministic (argmax). Writes NAME.json
 (summaries, paired differences, per-episode rows), NAME.csv (one row per policy),
@@ -26,7 +27,7 @@ from typing import Any
 
 from airq_cli import ArgumentParser, output_dir, run, shown, write_atomic, write_json
 from nav_env.backends import DEFAULT_BACKEND, backend_names, dynamics_for
-from nav_env.config import ConfigError, load_level
+from nav_env.config import ConfigError, load_level, with_policy_observation
 from nav_env.latency import LatencySource, offline_latency
 from nav_env.render import figure_png
 from nav_env.rollout import as_rows, flat_row, run_episodes, summarize
@@ -79,13 +80,16 @@ def evaluate(
     outcomes: dict[str, list[bool]] = {}
     for p in policies:
         t0 = time.perf_counter()
+        seen = with_policy_observation(cfg, p.metadata)  # each policy sees what it was trained on, in the same world
         results = sorted(
-            run_episodes(p.act, cfg, episodes, seed, num_envs, latency, backend, dynamics), key=lambda r: r.episode
+            run_episodes(p.act, seen, episodes, seed, num_envs, latency, backend, dynamics), key=lambda r: r.episode
         )
         summary = summarize(results) | {"wall_s": round(time.perf_counter() - t0, 2)}
         report["policies"][p.name] = {
             "source": p.source,
             "kind": p.kind,
+            "obs_dim": seen.obs_dim,
+            "attitude": seen.observation.attitude,
             "metadata": _short_meta(p.metadata),
             "summary": summary,
             "episodes": as_rows(results),
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_level(args.level)
     policies = [load_policy(spec, args.checkpoint, cfg) for spec in args.policy]
     for pol in policies:
-        check_obs_dim(pol, cfg.obs_dim, cfg.level)
+        check_obs_dim(pol, with_policy_observation(cfg, pol.metadata).obs_dim, cfg.level)
     unique_names(policies)
 
     report = evaluate(policies, cfg, args.episodes, args.seed, args.num_envs, latency, args.backend, dynamics)

@@ -4,6 +4,7 @@ precision (fp32 from policies.export, int8 from quantize). Either way the result
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ def _load_run(path: Path, checkpoint: str) -> LoadedPolicy:
         "airq.algorithm": cfg.algo,
         "airq.level": cfg.level,
         "airq.precision": "fp32",
+        "airq.env_config": json.dumps(cfg.env_config(False).to_dict()),  # what it sees, as an export records it
         "checkpoint": str(ckpt),
     }
     return LoadedPolicy(path.name, str(path), "run", actor.obs_dim, torch_policy_fn(actor), meta)

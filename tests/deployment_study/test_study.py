@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cgroup_support import SUPPORT
 
@@ -600,3 +601,45 @@ def test_a_level_group_without_its_own_fp32_is_one_line(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "tiny_hard has no fp32 model (tiny_hard_fp32.onnx)" in proc.stderr
+
+
+def test_the_timing_pass_feeds_a_group_the_observation_its_models_take(tmp_path):
+    """A group trained on the attitude observation is timed on recorded observations with the 5 attitude values
+    (its models would refuse 1032); the group's models must agree on it (the run's one simulator)."""
+    from attitude_models import plain_and_attitude_policies
+
+    from airq_cli import UserError
+    from deployment_study.study import recorded_observations
+    from hil.setup import shared_observation
+
+    plain, attitude = plain_and_attitude_policies("easy")
+    (tmp_path / "plain.onnx").write_bytes(plain)
+    (tmp_path / "attitude.onnx").write_bytes(attitude)
+    versioned = recorded_observations(["easy"], 0, 12, shared_observation([str(tmp_path / "attitude.onnx")]))
+    level = recorded_observations(["easy"], 0, 12, shared_observation([str(tmp_path / "plain.onnx")]))
+    assert versioned.shape == (12, 1037) and level.shape == (12, 1032)
+    assert np.array_equal(versioned[:, :1032], level)  # the same flights: the heuristic reads depth and state only
+    with pytest.raises(UserError, match="trained on different observations"):
+        shared_observation([str(tmp_path / "plain.onnx"), str(tmp_path / "attitude.onnx")])
+
+
+def test_the_delay_flights_give_each_model_its_own_observation(tmp_path):
+    """The latency stage and the dynamics-gap cells rebuild a level by name: an attitude model flies it with the
+    attitude values and the same episodes as its plain twin."""
+    from attitude_models import plain_and_attitude_policies
+
+    from deployment_study import dynamics_gap, latency_stage
+
+    paths = {}
+    for name, onnx in zip(("plain", "attitude"), plain_and_attitude_policies("easy")):
+        paths[name] = tmp_path / f"{name}.onnx"
+        paths[name].write_bytes(onnx)
+    delayed = {
+        n: latency_stage.fly(str(p), "easy", 4, 0, 120.0, num_envs=2, backend="mujoco") for n, p in paths.items()
+    }
+    assert delayed["plain"].outcomes == delayed["attitude"].outcomes
+    cells = {n: dynamics_gap.fly(tmp_path / n, str(p), "easy", "mujoco", 4, 0, 2, 0.3) for n, p in paths.items()}
+    assert (
+        cells["plain"].success == cells["attitude"].success
+        and cells["plain"].tilt_max_deg == cells["attitude"].tilt_max_deg
+    )

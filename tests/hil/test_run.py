@@ -105,6 +105,10 @@ def test_missing_policy_and_bad_level_exit_2(toy_policies, tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == f"error: policy file not found: {tmp_path / 'nope.onnx'}"
     r = hil_run("--policy", toy_policies[0], "--sim-only", "--level", "moon")
     assert r.returncode == 2 and "unknown level 'moon'" in r.stderr and r.stderr.count("\n") == 1
+    (tmp_path / "notes.onnx").write_text("not a model\n")
+    r = hil_run("--policy", tmp_path / "notes.onnx", "--sim-only", "--out", tmp_path / "run")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {tmp_path / 'notes.onnx'}: not a loadable ONNX model")
 
 
 def test_observation_size_mismatch_is_a_clear_error(tmp_path):
@@ -112,6 +116,32 @@ def test_observation_size_mismatch_is_a_clear_error(tmp_path):
     wrong.write_bytes(build_mlp_policy(100, 16))
     r = hil_run("--policy", wrong, "--sim-only", "--episodes", "1", "--out", tmp_path)
     assert r.returncode == 2 and "takes 100 observations but level 'default' gives 1032" in r.stderr
+
+
+def test_the_run_gives_the_policies_the_observation_they_were_trained_on(tmp_path):
+    """A policy on the versioned observation flies a level named alone with the attitude values its metadata asks
+    for, through the bridge; policies trained on different observations cannot share the run's one simulator."""
+    from attitude_models import plain_and_attitude_policies
+
+    plain, attitude = plain_and_attitude_policies("easy")
+    (tmp_path / "plain.onnx").write_bytes(plain)
+    (tmp_path / "attitude.onnx").write_bytes(attitude)
+    flown = {}
+    for name in ("plain", "attitude"):
+        r = hil_run("--policy", tmp_path / f"{name}.onnx", "--sim-only", "--backend", "mujoco", "--level", "easy",
+                    "--episodes", "2", "--deadline-ms", "2000", "--out", tmp_path / name)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        report = json.loads((tmp_path / name / "report.json").read_text())
+        (run,) = report["runs"]
+        assert run["device_counters"]["acts"] == run["steps"] > 0 and run["device_counters"]["errors"] == 0
+        flown[name] = (report["obs_dim"], [(e["outcome"], e["steps"]) for e in run["episodes"]])
+    # the attitude values reach the device (5 more) and change nothing else: zero weights fly the same episodes
+    assert flown["plain"][0] == 1032 and flown["attitude"][0] == 1037 and flown["plain"][1] == flown["attitude"][1]
+    r = hil_run("--policy", tmp_path / "plain.onnx", "--policy", tmp_path / "attitude.onnx", "--sim-only",
+                "--level", "easy", "--out", tmp_path / "mixed")  # fmt: skip
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "trained on different observations" in r.stderr and "observation.attitude=True" in r.stderr
+    assert not (tmp_path / "mixed" / "run.jsonl").exists()
 
 
 def test_unreachable_and_unresolvable_hosts_fail_fast(toy_policies, tmp_path):

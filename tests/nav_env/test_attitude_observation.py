@@ -24,6 +24,7 @@ from nav_env.config import (
     load_level,
     observation_overrides_from_metadata,
     state_size_of,
+    with_policy_observation,
 )
 from nav_env.rollout import episode_row, flat_row, run_episodes
 
@@ -136,3 +137,14 @@ def test_the_episode_rows_carry_the_tilt_where_the_vehicle_tilts():
     assert all(r.tilt is None for r in flat)
     assert "tilt" in episode_row(quad[0]) and "tilt" not in episode_row(flat[0])
     assert {"tilt_max_deg", "tilt_mean_deg"} <= set(flat_row(episode_row(quad[0])))
+
+
+def test_a_policy_sees_the_level_through_the_observation_it_was_trained_on():
+    hard, versioned = load_level("hard"), load_level("hard", ATTITUDE)
+    meta_of = {cfg.observation.attitude: {"airq.env_config": json.dumps(cfg.to_dict())} for cfg in (hard, versioned)}
+    assert with_policy_observation(hard, meta_of[True]) == versioned
+    assert with_policy_observation(versioned, meta_of[False]) == hard
+    assert with_policy_observation(hard, {}) is hard  # a baseline or a foreign model: the level as it is
+    # only the observation comes from the policy: the world, the task and their overrides stay the caller's
+    longer = load_level("hard", {"task.max_steps": 7})
+    assert with_policy_observation(longer, meta_of[True]).task.max_steps == 7
