@@ -7,7 +7,8 @@ watches the result on its own ground-station link (nav_env.autopilot.Telemetry).
 With ``--takeoff-m ALT`` the host flies the usual companion-computer sequence:
 
 * ArduPilot: mode GUIDED, arm, MAV_CMD_NAV_TAKEOFF to ALT (ArduCopter takes off only armed in GUIDED);
-* PX4: arm, take-off (AUTO_TAKEOFF, then it holds), then OFFBOARD (the bridge streams setpoints first).
+* PX4: arm, take-off (AUTO_TAKEOFF, then it holds), then OFFBOARD (the bridge streams setpoints first); a vehicle
+  disarmed in OFFBOARD (landed by a fail-safe while the companion flew it) is put in Hold first, where it arms.
 
 Arming is retried while the autopilot refuses it (a SITL's EKF needs tens of seconds to use GPS: "PreArm: ..."),
 each new reason shown, until ``timeout_s``. Without ``--takeoff-m`` the vehicle must already be armed and in the
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from firmware_bridge.client import BridgeClient, BridgeRefused
-from firmware_bridge.flight_modes import FLY_MODE
+from firmware_bridge.flight_modes import FLY_MODE, HOLD_MODE
 from firmware_bridge.protocol import ErrorCode
 from nav_env.autopilot import AutopilotNavEnv
 
@@ -100,6 +101,10 @@ def prepare_vehicle(
     else:
         if autopilot == "ardupilot":
             command(client, "mode", mode="GUIDED")
+        elif not actuator.get("armed") and actuator.get("mode") == fly_mode:
+            # PX4 lands by itself (a fail-safe) in the mode the companion set and stays in it disarmed; there it
+            # refuses to arm without a setpoint stream ("Resolve system health failures first"): Hold arms
+            command(client, "mode", mode=HOLD_MODE[autopilot])
         refusals: list[str] = []
         while True:
             flight.arm_attempts += 1

@@ -7,7 +7,9 @@ were seen to behave, docs/autopilot.md):
 - HEARTBEAT once a second (autopilot ARDUPILOTMEGA or PX4, type QUADROTOR, custom mode, armed flag), so a mode
   change shows up to a second late, as on the real ones; none while ``silent`` is set (a cut link). ArduCopter boots
   in STABILIZE, PX4 without RC in Hold (LOITER).
-- COMMAND_LONG: COMPONENT_ARM_DISARM arms or disarms; NAV_TAKEOFF is accepted only armed and in GUIDED
+- COMMAND_LONG: COMPONENT_ARM_DISARM arms or disarms (PX4 refuses to arm in OFFBOARD without a setpoint stream,
+  TEMPORARILY_REJECTED, "Resolve system health failures first": v1.16.0 SITL, disarmed in OFFBOARD after a fail-safe
+  landed it); NAV_TAKEOFF is accepted only armed and in GUIDED
   (ArduPilot, param7 metres above home); PX4 accepts it armed and reads param7 above sea level (a target below the
   vehicle is accepted and flies nothing); DO_SET_MODE changes the mode, but PX4 refuses OFFBOARD
   (TEMPORARILY_REJECTED) unless a setpoint arrived within COM_OF_LOSS_T (1 s); REQUEST_MESSAGE(AUTOPILOT_VERSION)
@@ -279,6 +281,9 @@ class AutopilotPeer:
             self.companion_intervals[int(msg.param1)] = msg.param2 / 1e6
             return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_COMPONENT_ARM_DISARM:
+            if (self.autopilot == "px4" and msg.param1 == 1 and not s.armed and s.mode == "OFFBOARD"
+                    and not (s.setpoints and now - s.setpoints[-1].t <= PX4_OFFBOARD_LOSS_S)):  # fmt: skip
+                return MAV.MAV_RESULT_TEMPORARILY_REJECTED  # PX4: OFFBOARD's requirements include the stream
             s.armed = msg.param1 == 1
             return MAV.MAV_RESULT_ACCEPTED
         if msg.command == MAV.MAV_CMD_NAV_TAKEOFF:

@@ -638,7 +638,7 @@ def set_gps(autopilot: str, on: bool) -> str:
                     )
                 link.mav.param_set_send(1, 1, name.encode(), value, kind)
                 ack = link.recv_match(type="PARAM_VALUE", blocking=True, timeout=2)
-                if ack is not None and ack.param_id == name:
+                if ack is not None and ack.param_id == name and ack.param_value == value:  # not an older echo
                     return f"{name} set ({'on' if on else 'off'})"
         return f"{', '.join(n for n, _ in candidates)}: no PARAM_VALUE came back"
     finally:

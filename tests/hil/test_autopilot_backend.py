@@ -147,6 +147,31 @@ def test_hil_run_takes_off_through_the_bridge_and_flies_the_episodes(peer, tmp_p
     assert 400 in modes and 22 in modes  # COMPONENT_ARM_DISARM and NAV_TAKEOFF, accepted
 
 
+def test_a_px4_vehicle_left_disarmed_in_offboard_is_put_in_hold_to_arm(tmp_path):
+    """PX4 (v1.16.0 SITL) lands by itself when a fail-safe takes a companion-flown vehicle and stays disarmed in
+    OFFBOARD, where it refuses to arm without a setpoint stream: hil.run switches it to Hold, arms, takes off and
+    flies, where arming straight away is refused for as long as it tries."""
+    port, gcs_port = free_udp_port(), free_udp_port()
+    peer = AutopilotPeer("px4", port, gcs_port=gcs_port)
+    peer.state.mode = "OFFBOARD"  # as the fail-safe's landing left it
+    try:
+        out = tmp_path / "run"
+        done = subprocess.run(
+            [sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", "--backend", "autopilot",
+             "--level", "easy", "--fc", f"udpout:127.0.0.1:{port}", "--telemetry", f"udpout:127.0.0.1:{gcs_port}",
+             "--takeoff-m", "5", "--episodes", "1", "--max-steps", "30", "--preflight-timeout", "60",
+             "--out", str(out), "--quiet"],
+            cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        preflight = json.loads((out / "report.json").read_text())["vehicle"]["preflight"][0]
+        assert preflight["took_off"] and preflight["arm_attempts"] == 1 and preflight["refusals"] == []
+        assert peer.state.modes[:2] == ["LOITER", "OFFBOARD"]  # Hold to arm, then the bridge's fly mode
+    finally:
+        peer.close()
+    assert peer.state.errors == []
+
+
 def test_hil_run_autopilot_arguments_are_checked():
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "hil.run", "--policy", str(POLICY), "--sim-only", *args],
