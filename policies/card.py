@@ -56,6 +56,7 @@ def build_card(run: Path, onnx_path: Path, eval_path: Path, commands: list[str],
         "backend": trained_in.name,  # the simulator it was trained in
         "dynamics": meta.get("airq.dynamics"),  # and its dynamics file, where one was given
         "env_id": meta.get("airq.env_id"),
+        "observation": meta.get("airq.observation_layout"),  # what the model reads, value by value
         "precision": meta.get("airq.precision"),
         "seed": int(meta.get("airq.seed", -1)),
         "train_steps_of_checkpoint": int(meta.get("airq.train_steps", 0)),
@@ -152,6 +153,7 @@ def to_markdown(card: dict) -> str:
         + "), "
         + f"{card['precision']}, {card['size_bytes'] / 1e6:.2f} MB, sha256 `{card['sha256'][:16]}...`",
         "",
+        *([f"Observation: {card['observation']}", ""] if card.get("observation") else []),
         "## Evaluation",
         f"`policies.evaluate` over {ev['episodes']} seeded episodes (seeds {ev['seed']}..{ev['seed'] + ev['episodes'] - 1}, "
         f"level `{ev['level']}`, {backend_named(ev.get('backend')).name} simulator"
