@@ -102,7 +102,7 @@ from firmware_bridge.launcher import BridgeProcess, BridgeStartError
 from firmware_bridge.toy_policy import build_mlp_policy
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
-from hil.setup import shared_observation
+from hil.setup import observation_key, policy_metadata
 from nav_env.backends import DEFAULT_BACKEND, make_env
 from nav_env.baselines import HeuristicPolicy
 from nav_env.config import ConfigError, load_level, with_policy_observation
@@ -457,8 +457,16 @@ class Study:
             f"timing pass {policy_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
         )
         self.measured_anything = True
-        obs = recorded_observations(a.levels, a.seed, a.timing_acts, shared_observation([m.path for m in models]))
-        result = timing_pass(models, obs, a, self.profile, null_model(path.parent, obs.shape[1]))
+        # each model is timed on the observation it takes (a level's own models may add the attitude values)
+        metadata = {m.path: policy_metadata(m.path) for m in models}
+        recorded: dict[str, np.ndarray] = {}
+        for meta in metadata.values():
+            if observation_key(meta) not in recorded:
+                recorded[observation_key(meta)] = recorded_observations(a.levels, a.seed, a.timing_acts, meta)
+        obs = {m.path: recorded[observation_key(metadata[m.path])] for m in models}
+        null = null_model(path.parent, obs[models[0].path].shape[1])
+        obs[null.path] = obs[models[0].path]
+        result = timing_pass(models, obs, a, self.profile, null)
         write_json(path, result)
         self.results.timing[group] = result
         summary = ", ".join(f"{Path(m).stem} p50 {t.device_inference_us.p50:.1f} us" for m, t in result.models.items())
@@ -668,10 +676,14 @@ def null_model(folder: Path, obs_dim: int) -> Model:
 
 
 def timing_pass(
-    models: list[Model], obs: np.ndarray, args: StudyArgs, profile: DeviceProfile | None, null: Model | None = None
+    models: list[Model],
+    obs: dict[str, np.ndarray],
+    args: StudyArgs,
+    profile: DeviceProfile | None,
+    null: Model | None = None,
 ) -> TimingPass:
-    """Device inference of every model over the same observations, round-robin: each round runs
-    ``timing_acts`` acts per model, in an order rotated every round. --sim-only: one bridge process per
+    """Device inference of every model over recorded observations (``obs``: by model path, the same flights seen
+    through each model's observation), round-robin: each round runs ``timing_acts`` acts per model, in an order rotated every round. --sim-only: one bridge process per
     model (pinned by the profile), all alive at once; --host: the one device, re-loading each round.
     ``null``: a null model timed in the same rounds (TimingPass.null_model)."""
     timed = models + ([null] if null else [])
@@ -700,10 +712,11 @@ def timing_pass(
                 client = clients[m.path]
                 if not args.sim_only:
                     sizes[m.path] = client.load_policy(m.path).size_bytes
+                seen = obs[m.path]
                 for o in (
-                    obs[: args.timing_acts]
-                    if len(obs) >= args.timing_acts
-                    else np.resize(obs, (args.timing_acts, obs.shape[1]))
+                    seen[: args.timing_acts]
+                    if len(seen) >= args.timing_acts
+                    else np.resize(seen, (args.timing_acts, seen.shape[1]))
                 ):
                     res = client.act(o)
                     infer[m.path].append(res.infer_ns)

@@ -132,23 +132,33 @@ def check_args(args: RunArgs) -> RunSetup:
     return RunSetup(args, cfg, _target(args, profile), timings, deadline_s, pace_hz)
 
 
+def policy_metadata(path: str) -> dict[str, str]:
+    """A policy file's ``airq.*`` metadata (its observation among them); UserError if it is not an ONNX model."""
+    # deferred: onnx, ~0.2 s to import; the weights are parsed with the graph
+    import onnx
+
+    try:
+        props = onnx.load(path, load_external_data=False).metadata_props
+    except Exception as e:  # onnx raises DecodeError and others for a file that is not a model
+        raise UserError(f"{path}: not a loadable ONNX model ({type(e).__name__})") from None
+    return {p.key: p.value for p in props}
+
+
+def observation_key(metadata: dict[str, str]) -> str:
+    """The observation a policy with this metadata takes, described (equal for policies that see alike)."""
+    overrides = observation_overrides_from_metadata(metadata)
+    return ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "the level's own"
+
+
 def shared_observation(paths: list[str]) -> dict[str, str]:
     """The metadata of the first policy, whose observation (camera, attitude values) the run's simulator gives every
     policy (the env is made once per run); UserError if the policies were trained on different observations."""
-    # deferred: onnx, ~0.2 s to import; the weights are parsed with the graph, once per policy file
-    import onnx
-
     seen: dict[str, str] = {}  # each observation described -> the first policy taking it
     first: dict[str, str] = {}
     for path in paths:
-        try:
-            props = onnx.load(path, load_external_data=False).metadata_props
-        except Exception as e:  # onnx raises DecodeError and others for a file that is not a model
-            raise UserError(f"{path}: not a loadable ONNX model ({type(e).__name__})") from None
-        meta = {p.key: p.value for p in props}
+        meta = policy_metadata(path)
         first = first or meta
-        overrides = observation_overrides_from_metadata(meta)
-        seen.setdefault(", ".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "the level's own", path)
+        seen.setdefault(observation_key(meta), path)
     if len(seen) > 1:
         which = "; ".join(f"{path}: {described}" for described, path in seen.items())
         raise UserError(f"the policies were trained on different observations ({which}): fly them in separate runs")

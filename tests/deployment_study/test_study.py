@@ -603,24 +603,28 @@ def test_a_level_group_without_its_own_fp32_is_one_line(tmp_path):
     assert "tiny_hard has no fp32 model (tiny_hard_fp32.onnx)" in proc.stderr
 
 
-def test_the_timing_pass_feeds_a_group_the_observation_its_models_take(tmp_path):
-    """A group trained on the attitude observation is timed on recorded observations with the 5 attitude values
-    (its models would refuse 1032); the group's models must agree on it (the run's one simulator)."""
+def test_the_timing_pass_feeds_each_model_the_observation_it_takes(tmp_path):
+    """A group whose level models take the attitude values (a level's own models join its group) is timed with
+    each model on its own observation, recorded from the same flights; one hil.run flies one observation."""
     from attitude_models import plain_and_attitude_policies
 
     from airq_cli import UserError
-    from deployment_study.study import recorded_observations
-    from hil.setup import shared_observation
+    from deployment_study.study import Model, StudyArgs, recorded_observations, timing_pass
+    from hil.setup import policy_metadata, shared_observation
 
     plain, attitude = plain_and_attitude_policies("easy")
     (tmp_path / "plain.onnx").write_bytes(plain)
     (tmp_path / "attitude.onnx").write_bytes(attitude)
-    versioned = recorded_observations(["easy"], 0, 12, shared_observation([str(tmp_path / "attitude.onnx")]))
-    level = recorded_observations(["easy"], 0, 12, shared_observation([str(tmp_path / "plain.onnx")]))
+    versioned = recorded_observations(["easy"], 0, 12, policy_metadata(str(tmp_path / "attitude.onnx")))
+    level = recorded_observations(["easy"], 0, 12, policy_metadata(str(tmp_path / "plain.onnx")))
     assert versioned.shape == (12, 1037) and level.shape == (12, 1032)
     assert np.array_equal(versioned[:, :1032], level)  # the same flights: the heuristic reads depth and state only
+    models = [Model(str(tmp_path / "plain.onnx"), "toy", "fp32"), Model(str(tmp_path / "attitude.onnx"), "toy", "int8")]
+    args = StudyArgs(models=[m.path for m in models], sim_only=True, timing_rounds=1, timing_acts=12)
+    timed = timing_pass(models, {models[0].path: level, models[1].path: versioned}, args, None)
+    assert all(t.device_inference_us.p50 > 0 for t in timed.models.values()) and len(timed.models) == 2
     with pytest.raises(UserError, match="trained on different observations"):
-        shared_observation([str(tmp_path / "plain.onnx"), str(tmp_path / "attitude.onnx")])
+        shared_observation([m.path for m in models])
 
 
 def test_the_delay_flights_give_each_model_its_own_observation(tmp_path):
