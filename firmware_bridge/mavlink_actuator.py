@@ -20,10 +20,12 @@ What goes over it (MAVLink common plus each autopilot's documented behaviour):
   act sends its setpoint before the mode request (PX4 enters OFFBOARD only with a setpoint younger than
   COM_OF_LOSS_T) and asks again every half second until a heartbeat shows the mode (one a second: a refused or
   lost request, or a hold the heartbeat did not show yet, would otherwise leave the vehicle holding);
-* **who flies it**: the bridge's setpoints go out only while the autopilot reports the fly mode (GUIDED / OFFBOARD,
-  the mode a companion computer flies in) or the hold the bridge itself entered. In any other mode a pilot or a
-  ground station has the vehicle: an act is answered (the policy runs) but sends nothing, its reply's ``vehicle``
-  says ``"control": "pilot"``, and :attr:`setpoints_withheld` counts it; the hold and a reset send nothing either;
+* **who flies it**: the bridge's setpoints go out only while the autopilot reports the vehicle armed, in the fly mode
+  (GUIDED / OFFBOARD, the mode a companion computer flies in) or the hold the bridge itself entered. In any other
+  mode a pilot or a ground station has the vehicle, and a disarmed one flies for no one (PX4 v1.16.0 puts a vehicle
+  its fail-safe landed back in OFFBOARD, disarmed): an act is answered (the policy runs) but sends nothing, its
+  reply's ``vehicle`` says ``"control": "pilot"``, and :attr:`setpoints_withheld` counts it; the hold and a reset
+  send nothing either;
 * **a reboot** (the link notices it: a boot clock that went back, or a vehicle back disarmed from a lost link):
   every act is refused (:meth:`link_error`, VEHICLE_LINK) until the host arms the vehicle again with a ``vehicle``
   request, and the bridge forgets its hold;
@@ -260,10 +262,11 @@ class MavlinkActuator(Actuator):
         return s.autopilot is not None and bool(s.armed) and s.mode == FLY_MODE[s.autopilot]
 
     def in_control(self) -> bool:
-        """Whether the bridge's setpoints fly the vehicle: the autopilot is in its fly mode, or in the hold the
-        bridge entered (module docstring)."""
+        """Whether the bridge's setpoints fly the vehicle: armed, in its fly mode or in the hold the bridge entered
+        (module docstring). Disarmed, nothing flies on them: PX4 puts a vehicle its fail-safe landed back in the
+        companion's mode, where a pilot arming it would otherwise hand it to a stream the host never meant for it."""
         s = self.state
-        if s.autopilot is None:
+        if s.autopilot is None or not s.armed:
             return False
         return s.mode == FLY_MODE[s.autopilot] or (self._we_hold and s.mode == HOLD_MODE[s.autopilot])
 

@@ -133,11 +133,36 @@ def hold_until_held(actuator: MavlinkActuator) -> None:
         time.sleep(0.01)
 
 
+def test_a_vehicle_disarmed_in_the_fly_mode_gets_no_setpoint(pair):
+    """A fail-safe lands the vehicle and disarms it; PX4 (v1.16.0 SITL) then shows the companion's mode again. The
+    acts are answered "pilot" and send nothing: armed by a pilot there, it would fly a stream no one meant for it."""
+    peer, actuator = pair
+    actuator.wait_heartbeat(5)
+    fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
+    actuator.arm()  # first: armed in OFFBOARD without an act for COM_OF_LOSS_T, PX4 would hold by itself
+    actuator.set_mode(fly)
+    actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+    until(lambda: len(peer.state.setpoints) > 0 and peer.state.setpoints[-1].velocity[0] == 1.0)
+    assert actuator.vehicle()["control"] == "bridge"
+    peer.state.armed = False  # landed and disarmed by the autopilot, left in the fly mode
+    until(lambda: actuator.state.armed is False and actuator.state.mode == fly)
+    time.sleep(0.1)  # a setpoint still in flight
+    n, withheld = len(peer.state.setpoints), actuator.setpoints_withheld
+    for _ in range(5):
+        actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
+    actuator.hold(time.monotonic_ns())
+    actuator.reset()
+    time.sleep(0.2)
+    assert len(peer.state.setpoints) == n and actuator.setpoints_withheld == withheld + 5
+    assert actuator.vehicle()["control"] == "pilot" and peer.state.mode == fly
+
+
 def test_the_hold_is_the_autopilots_own_and_a_pilots_mode_is_never_overridden(pair):
     peer, actuator = pair
     actuator.wait_heartbeat(5)
     fly = "GUIDED" if peer.autopilot == "ardupilot" else "OFFBOARD"
     hold = "BRAKE" if peer.autopilot == "ardupilot" else "LOITER"
+    actuator.arm()  # first: armed in OFFBOARD without an act for COM_OF_LOSS_T, PX4 would hold by itself
     actuator.set_mode(fly)
     actuator.command((1.0, 0.0, 0.0, 0.0), time.monotonic_ns())
     until(lambda: len(peer.state.setpoints) > 0 and peer.state.setpoints[-1].velocity[0] == 1.0)
