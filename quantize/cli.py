@@ -15,7 +15,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from airq_cli import ArgumentParser, output_dir, output_file, write_atomic  # noqa: E402
-from nav_env.config import load_level  # noqa: E402
+from nav_env.backends import DEFAULT_BACKEND, backend_names  # noqa: E402
+from nav_env.config import load_level, with_policy_observation  # noqa: E402
 from quantize.affine import check_bits  # noqa: E402
 from quantize.analyze import run_analyze  # noqa: E402
 from quantize.errors import QuantizeError  # noqa: E402
@@ -184,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--episodes", type=int, default=30)
     o.add_argument("--seed", type=int, default=None, help="first episode seed (default: the held-out 3000000)")
     o.add_argument("--rows", type=int, default=2000, help="at most this many observations (a seeded subset)")
+    o.add_argument(
+        "--backend", choices=backend_names(in_process=True), default=DEFAULT_BACKEND, help="the simulator it flies"
+    )
     o.add_argument("-o", "--output", required=True, type=output_file)
     return p
 
@@ -273,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.episodes < 1 or args.rows < 1:
             raise QuantizeError(f"--episodes and --rows must be >= 1, got {args.episodes} and {args.rows}")
         seed = HELDOUT_SEED if args.seed is None else args.seed
-        obs = collect_observations(
-            policy_fn(session(args.model)), load_level(args.level), args.episodes, seed, args.rows
-        )
+        sess = session(args.model)
+        # the level as the model sees it: its camera, the attitude values if it takes them
+        cfg = with_policy_observation(load_level(args.level), dict(sess.get_modelmeta().custom_metadata_map))
+        obs = collect_observations(policy_fn(sess), cfg, args.episodes, seed, args.rows, backend=args.backend)
         buffer = io.BytesIO()
         np.save(buffer, obs)
         write_atomic(args.output, buffer.getvalue())
