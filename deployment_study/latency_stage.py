@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from airq_cli import known_fields, write_json
+from firmware_bridge.protocol import sha256_hex
 from nav_env.backends import DEFAULT_BACKEND
 from nav_env.config import load_level, with_policy_observation
 from nav_env.latency import LatencySource
@@ -217,7 +218,9 @@ def run_stage(
     wanted: dict[str, tuple[str, str, int, int, float, str, str]] = {}
 
     def key(t: LatencyTarget, delay_ms: float) -> str:
-        path = cache / t.level / f"{Path(t.model).stem}_{delay_ms:g}ms.json"
+        # the model's content and the episodes in the name: a retrained model or other seeds fly again
+        what = f"{sha256_hex(Path(t.model).read_bytes())} {episodes} {seed}"
+        path = cache / t.level / f"{Path(t.model).stem}_{delay_ms:g}ms_{sha256_hex(what.encode())[:12]}.json"
         wanted.setdefault(str(path), (t.model, t.level, episodes, seed, delay_ms, str(path), backend))
         return str(path)
 

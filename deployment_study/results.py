@@ -69,6 +69,7 @@ class ModelTiming:
     device_inference_us: Latency
     round_trip_us: Latency
     acts: int
+    sha256: str | None = None  # of the file the bridge loaded (None: a pass written before it was recorded)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelTiming:

@@ -99,6 +99,7 @@ from firmware_bridge.bench import percentiles_us
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
+from firmware_bridge.protocol import sha256_hex
 from firmware_bridge.toy_policy import build_mlp_policy
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
@@ -450,8 +451,11 @@ class Study:
     def timing_pass(self, group: str, models: list[Model]) -> None:
         path = self.out / "timing" / f"{group}.json"
         if path.exists():
-            self.results.timing[group] = TimingPass.from_dict(json.loads(path.read_text()))
-            return
+            earlier = TimingPass.from_dict(json.loads(path.read_text()))
+            if {p: t.sha256 for p, t in earlier.models.items()} == {m.path: _file_sha256(m.path) for m in models}:
+                self.results.timing[group] = earlier
+                return
+            self.say(f"timing pass {policy_label(group)}: its models changed since {path} was written, timing again")
         a = self.args
         self.say(
             f"timing pass {policy_label(group)}: {a.timing_rounds} rounds x {a.timing_acts} acts per model, interleaved"
@@ -613,9 +617,15 @@ def _finished_report(cell: Path, paths: list[str], episodes: int, backend: str =
     runs = report.get("runs") or []
     if [r["policy"] for r in runs] != paths or any(len(r["episodes"]) != episodes for r in runs):
         return None
+    if any(r.get("sha256") != _file_sha256(p) for r, p in zip(runs, paths)):
+        return None  # a model file changed since (retrained, re-quantized): its episodes are flown again
     if report["args"]["episodes"] != episodes or (report.get("backend") or DEFAULT_BACKEND) != backend:
         return None
     return report
+
+
+def _file_sha256(path: str) -> str:
+    return sha256_hex(Path(path).read_bytes())
 
 
 def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bool:
@@ -692,6 +702,7 @@ def timing_pass(
     infer: dict[str, list[int]] = {m.path: [] for m in timed}
     rtt: dict[str, list[int]] = {m.path: [] for m in timed}
     sizes: dict[str, int | None] = {}
+    shas: dict[str, str] = {}  # what the bridge loaded: a later study reuses the pass only for the same files
     try:
         if args.sim_only:
             for m in timed:
@@ -699,7 +710,8 @@ def timing_pass(
                 proc.args = (profile.launch_prefix() if profile else []) + proc.args
                 processes.append(proc.start())
                 client = BridgeClient(proc.endpoint, timeout_s=30.0)
-                sizes[m.path] = client.load_policy(m.path).size_bytes
+                loaded = client.load_policy(m.path)
+                sizes[m.path], shas[m.path] = loaded.size_bytes, loaded.sha256
                 clients[m.path] = client
         else:
             host = args.host or ""
@@ -711,7 +723,8 @@ def timing_pass(
             for m in order:
                 client = clients[m.path]
                 if not args.sim_only:
-                    sizes[m.path] = client.load_policy(m.path).size_bytes
+                    loaded = client.load_policy(m.path)
+                    sizes[m.path], shas[m.path] = loaded.size_bytes, loaded.sha256
                 seen = obs[m.path]
                 for o in (
                     seen[: args.timing_acts]
@@ -731,6 +744,7 @@ def timing_pass(
         return ModelTiming(
             precision=m.precision,
             model_bytes=sizes.get(m.path),
+            sha256=shas.get(m.path),
             device_inference_us=Latency.from_dict(percentiles_us(infer[m.path])),
             round_trip_us=Latency.from_dict(percentiles_us(rtt[m.path])),
             acts=len(infer[m.path]),
@@ -739,7 +753,7 @@ def timing_pass(
     return TimingPass(
         rounds=args.timing_rounds,
         acts_per_round=args.timing_acts,
-        observations=int(len(obs)),
+        observations=len(next(iter(obs.values()))),
         models={m.path: timing(m) for m in models},
         null_model=timing(null) if null else None,
     )

@@ -647,3 +647,34 @@ def test_the_delay_flights_give_each_model_its_own_observation(tmp_path):
         cells["plain"].success == cells["attitude"].success
         and cells["plain"].tilt_max_deg == cells["attitude"].tilt_max_deg
     )
+
+
+def test_a_cell_whose_model_file_changed_is_not_taken_as_finished(finished, tiny_models, tmp_path):
+    """A finished cell is reused only for the same model files: a retrained or re-quantized model under the same
+    name is flown again (and its group timed again), never reported with the old file's episodes."""
+    from deployment_study.study import _finished_report
+
+    out, proc = finished
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cell = next(p.parent for p in (out / "cells").rglob("report.json"))
+    report = json.loads((cell / "report.json").read_text())
+    paths = [r["policy"] for r in report["runs"]]
+    assert _finished_report(cell, paths, 3) is not None
+    copies = []
+    for p in paths:  # the same files elsewhere, one of them changed by a byte of metadata
+        copies.append(tmp_path / Path(p).name)
+        shutil.copy(p, copies[-1])
+    moved = json.loads((cell / "report.json").read_text())
+    for run, copy in zip(moved["runs"], copies):
+        run["policy"] = str(copy)
+    (tmp_path / "cell").mkdir()
+    (tmp_path / "cell" / "report.json").write_text(json.dumps(moved))
+    assert _finished_report(tmp_path / "cell", list(map(str, copies)), 3) is not None
+    import onnx
+
+    model = onnx.load(str(copies[-1]))
+    onnx.helper.set_model_props(model, {**{m.key: m.value for m in model.metadata_props}, "airq.note": "retrained"})
+    onnx.save(model, str(copies[-1]))
+    assert _finished_report(tmp_path / "cell", list(map(str, copies)), 3) is None
+    timing = json.loads(next((out / "timing").glob("*.json")).read_text())
+    assert all(len(t["sha256"]) == 64 for t in timing["models"].values())  # what the timing pass is checked against

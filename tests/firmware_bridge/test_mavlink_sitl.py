@@ -169,9 +169,11 @@ def test_faults_with_a_real_autopilot(autopilot, tmp_path):
     replies = gps["bridge"]["replies"]
     assert gps["bridge"]["pilot_acts"] >= 10 and any(control == "pilot" for _, _, control in replies), replies
     assert gps["bridge"]["setpoints_sent_while_pilot"] == 0
-    if autopilot == "ardupilot":  # it stops sending a position: the host stops, saying why
-        assert gps["hil_run"]["exit"] == 1 and "lost its position estimate" in gps["hil_run"]["error"]
-        assert gps["hil_run"]["episodes_kept"] >= 1
-    else:  # PX4 keeps estimating one (and may take OFFBOARD back by itself): the run flies on
-        assert gps["hil_run"]["exit"] == 0 and gps["hil_run"]["episodes_kept"] == 3
+    # where the autopilot stops sending a position (ArduCopter; PX4 v1.16.0 blind-landing) the host stops, saying
+    # why; where it keeps estimating one (PX4 main, v1.16.0 at times) the run flies on
+    flown = gps["hil_run"]
+    stopped = flown["exit"] == 1 and "lost its position estimate" in (flown["error"] or "")
+    assert (stopped and flown["episodes_kept"] >= 1) or (
+        autopilot == "px4" and flown["exit"] == 0 and flown["episodes_kept"] == 3
+    ), flown
     assert gps["hil_run"]["run_log_bad_lines"] == 0
