@@ -5,7 +5,7 @@
 #            "python -m policies.train --config configs/train/policy1_quadrotor.toml --out runs/policy1_quadrotor"
 # Writes models/POLICY_quadrotor[_LEVEL]_{fp32,fp16,int8,s8s8}.onnx with their cards (the fp32's: POLICY_quadrotor
 # [_LEVEL].md and .json); int8 is the shipped recipe (u8s7, scripts/int8_recipe.sh), s8s8 the study's 8-bit scheme;
-# calibration flies the nominal quadrotor (the model's backend). Then scripts/quadrotor_eval.sh's evaluations.
+# calibration flies the physics the model trained on (its airq.dynamics). Then scripts/quadrotor_eval.sh's evaluations.
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
 P=$1 LEVEL=$2 RUN=$3 TRAIN=$4 NOTE=${5:-}
