@@ -3,6 +3,7 @@ collisions with every obstacle kind, the latency semantics, and a flight through
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -427,10 +428,12 @@ def test_the_evaluator_and_the_study_fly_the_mujoco_backend(tmp_path):
     # a finished cell of the other backend is flown again, not reused
     cell = tmp_path / "cell"
     cell.mkdir()
-    runs = [{"policy": "m.onnx", "episodes": [{}] * 2}]
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"the model's bytes")
+    runs = [{"policy": str(model), "sha256": hashlib.sha256(model.read_bytes()).hexdigest(), "episodes": [{}] * 2}]
     (cell / "report.json").write_text(json.dumps({"runs": runs, "args": {"episodes": 2}, "backend": "embedded"}))
-    assert _finished_report(cell, ["m.onnx"], 2, "embedded") is not None
-    assert _finished_report(cell, ["m.onnx"], 2, "mujoco") is None
+    assert _finished_report(cell, [str(model)], 2, "embedded") is not None
+    assert _finished_report(cell, [str(model)], 2, "mujoco") is None
 
 
 def _multiray_depth(sim: MujocoSim, i: int) -> np.ndarray:

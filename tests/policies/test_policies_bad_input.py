@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -68,13 +69,22 @@ def test_evaluate_missing_and_corrupt_inputs(tmp_path, capsys, tiny_run):
 
 
 def test_evaluate_observation_size_mismatch(tmp_path, capsys, tiny_onnx):
+    """A model that records no observation (a foreign file) and does not fit the level's is a one-line error; an
+    exported model flies the camera it records whatever the level's (docs/dynamics.md)."""
+    from firmware_bridge.toy_policy import build_mlp_policy
     from policies.evaluate import main
 
     level = tmp_path / "small_camera.toml"
     level.write_text('level = "small_camera"\n[camera]\nwidth = 16\nheight = 16\n')
-    assert run_cli(main, [str(tiny_onnx), "--level", str(level), "--episodes", "2"]) == 2
+    foreign = tmp_path / "foreign.onnx"
+    foreign.write_bytes(build_mlp_policy(1032, 16))
+    assert run_cli(main, [str(foreign), "--level", str(level), "--episodes", "2", "--out", str(tmp_path)]) == 2
     err = one_line_error(capsys)
     assert "1032" in err and "264" in err
+    out = tmp_path / "own"
+    assert run_cli(main, [str(tiny_onnx), "--level", str(level), "--episodes", "2", "--out", str(out)]) == 0
+    (report,) = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    assert report["policies"][tiny_onnx.name]["obs_dim"] == 1032
 
 
 def test_export_missing_run_dir(tmp_path, capsys):
