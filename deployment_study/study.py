@@ -693,8 +693,9 @@ def timing_pass(
     null: Model | None = None,
 ) -> TimingPass:
     """Device inference of every model over recorded observations (``obs``: by model path, the same flights seen
-    through each model's observation), round-robin: each round runs ``timing_acts`` acts per model, in an order rotated every round. --sim-only: one bridge process per
-    model (pinned by the profile), all alive at once; --host: the one device, re-loading each round.
+    through each model's observation), round-robin: each round runs ``timing_acts`` acts per model, in an order
+    rotated every round. --sim-only: one bridge process per model (pinned by the profile), all alive at once;
+    --host: the one device, re-loading each round.
     ``null``: a null model timed in the same rounds (TimingPass.null_model)."""
     timed = models + ([null] if null else [])
     processes: list[BridgeProcess] = []

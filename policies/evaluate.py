@@ -5,9 +5,9 @@
 
 POLICY may also be ``baseline:heuristic`` or ``baseline:random`` (nav_env's scripted baselines).
 Episode j is ``reset(seed=seed + j)`` for every policy, so results pair up (each policy sees the episode through the
-observation it was trained on, recorded in its metadata: its camera, the attitude values or not): for two or more policies
-the success-rate difference of each against the first comes with a paired interval and McNemar's
-exact p (nav_env.stats.paired_difference). Actions are deterministic (argmax). Writes NAME.json
+observation it was trained on, recorded in its metadata: its camera, the attitude values or not): for two or more
+policies the success-rate difference of each against the first comes with a paired interval and McNemar's exact p
+(nav_env.stats.paired_difference). Actions are deterministic (argmax). Writes NAME.json
 (summaries, paired differences, per-episode rows), NAME.csv (one row per policy),
 NAME_episodes.csv and NAME.png, all atomically, and prints a table.
 """
