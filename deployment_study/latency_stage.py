@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from airq_cli import known_fields, write_json
+from deployment_study.memory_stage import sha256_file
 from firmware_bridge.protocol import sha256_hex
 from nav_env.backends import DEFAULT_BACKEND
 from nav_env.config import load_level, with_policy_observation
@@ -217,9 +218,11 @@ def run_stage(
     sweep = [t for t in targets if t.group == sweep_group and t.precision in SWEEP_PRECISIONS and not t.stand_in]
     wanted: dict[str, tuple[str, str, int, int, float, str, str]] = {}
 
+    model_sha = {m: sha256_file(Path(m)) for m in {t.model for t in targets}}  # each file read once
+
     def key(t: LatencyTarget, delay_ms: float) -> str:
         # the model's content and the episodes in the name: a retrained model or other seeds fly again
-        what = f"{sha256_hex(Path(t.model).read_bytes())} {episodes} {seed}"
+        what = f"{model_sha[t.model]} {episodes} {seed}"
         path = cache / t.level / f"{Path(t.model).stem}_{delay_ms:g}ms_{sha256_hex(what.encode())[:12]}.json"
         wanted.setdefault(str(path), (t.model, t.level, episodes, seed, delay_ms, str(path), backend))
         return str(path)

@@ -99,7 +99,6 @@ from firmware_bridge.bench import percentiles_us
 from firmware_bridge.client import BridgeClient, BridgeError
 from firmware_bridge.device import package_versions
 from firmware_bridge.launcher import BridgeProcess, BridgeStartError
-from firmware_bridge.protocol import sha256_hex
 from firmware_bridge.toy_policy import build_mlp_policy
 from hil.run import CommandLineProgress, RunArgs
 from hil.run import run as hil_run
@@ -452,7 +451,9 @@ class Study:
         path = self.out / "timing" / f"{group}.json"
         if path.exists():
             earlier = TimingPass.from_dict(json.loads(path.read_text()))
-            if {p: t.sha256 for p, t in earlier.models.items()} == {m.path: _file_sha256(m.path) for m in models}:
+            if {p: t.sha256 for p, t in earlier.models.items()} == {
+                m.path: memory_stage.sha256_file(Path(m.path)) for m in models
+            }:
                 self.results.timing[group] = earlier
                 return
             self.say(f"timing pass {policy_label(group)}: its models changed since {path} was written, timing again")
@@ -617,15 +618,11 @@ def _finished_report(cell: Path, paths: list[str], episodes: int, backend: str =
     runs = report.get("runs") or []
     if [r["policy"] for r in runs] != paths or any(len(r["episodes"]) != episodes for r in runs):
         return None
-    if any(r.get("sha256") != _file_sha256(p) for r, p in zip(runs, paths)):
+    if any(r.get("sha256") != memory_stage.sha256_file(Path(p)) for r, p in zip(runs, paths)):
         return None  # a model file changed since (retrained, re-quantized): its episodes are flown again
     if report["args"]["episodes"] != episodes or (report.get("backend") or DEFAULT_BACKEND) != backend:
         return None
     return report
-
-
-def _file_sha256(path: str) -> str:
-    return sha256_hex(Path(path).read_bytes())
 
 
 def _can_resume(cell: Path, paths: list[str], args: StudyArgs, level: str) -> bool:
